@@ -1,0 +1,191 @@
+"""LaunchConfig: the validated choices of one launch, and the config file that stores defaults.
+
+The launcher, the panel and the command line all go through this one dataclass, and read or
+write the same JSON file (``env.config_file()``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from . import env
+from .errors import ConfigError
+
+__all__ = [
+    "Hardware",
+    "MixedPrecision",
+    "OutputMode",
+    "LaunchConfig",
+    "load_file",
+    "save_file",
+]
+
+Hardware = Literal["auto", "cpu", "cuda", "tpu", "mps"]
+MixedPrecision = Literal["no", "fp16", "bf16"]
+OutputMode = Literal["all", "main", "none"]
+StartMethod = Literal["auto", "forkserver", "spawn"]
+
+# The keys that the config file may hold; anything else in the file is ignored with a warning.
+FILE_KEYS = (
+    "hardware",
+    "num_processes",
+    "mixed_precision",
+    "gradient_accumulation_steps",
+    "seed",
+    "output",
+    "num_nodes",
+    "node_rank",
+    "master_addr",
+    "master_port",
+    "max_restarts",
+)
+
+
+def _choices(literal: Any) -> str:
+    return ", ".join(repr(v) for v in get_args(literal))
+
+
+def _check_literal(name: str, value: object, literal: Any) -> None:
+    if value not in get_args(literal):
+        raise ConfigError(name, value, f"one of {_choices(literal)}")
+
+
+def _check_int(name: str, value: object, minimum: int, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = f"an int >= {minimum}" + (" or None" if optional else "")
+        raise ConfigError(name, value, kind)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Everything a launch needs besides the function and its arguments.
+
+    Validated on construction: a wrong value raises :class:`ConfigError` naming the parameter,
+    the value and what is accepted. Hardware-dependent checks (e.g. more processes than GPUs)
+    happen in :func:`notebook_accel.hardware.resolve`.
+
+    Example:
+        >>> LaunchConfig(num_processes=2, mixed_precision="bf16").num_processes
+        2
+    """
+
+    num_processes: int | None = None
+    hardware: Hardware = "auto"
+    mixed_precision: MixedPrecision = "no"
+    gradient_accumulation_steps: int = 1
+    seed: int | None = None
+    output: OutputMode = "all"
+    timeout: float | None = None
+    num_nodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    max_restarts: int = 0
+    start_method: StartMethod = "auto"
+
+    def __post_init__(self) -> None:
+        _check_int("num_processes", self.num_processes, 1, optional=True)
+        _check_literal("hardware", self.hardware, Hardware)
+        _check_literal("mixed_precision", self.mixed_precision, MixedPrecision)
+        _check_int("gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
+        _check_int("seed", self.seed, 0, optional=True)
+        _check_literal("output", self.output, OutputMode)
+        _check_literal("start_method", self.start_method, StartMethod)
+        if self.timeout is not None and (
+            isinstance(self.timeout, bool)
+            or not isinstance(self.timeout, int | float)
+            or self.timeout <= 0
+        ):
+            raise ConfigError("timeout", self.timeout, "a number of seconds > 0, or None")
+        _check_int("num_nodes", self.num_nodes, 1)
+        _check_int("node_rank", self.node_rank, 0)
+        if self.node_rank >= self.num_nodes:
+            raise ConfigError(
+                "node_rank", self.node_rank, f"an int in [0, {self.num_nodes - 1}] (num_nodes="
+                f"{self.num_nodes})"
+            )
+        if not isinstance(self.master_addr, str) or not self.master_addr:
+            raise ConfigError("master_addr", self.master_addr, "a host name or IP address")
+        if self.master_port is not None:
+            _check_int("master_port", self.master_port, 1)
+            if self.master_port > 65535:
+                raise ConfigError("master_port", self.master_port, "a TCP port in [1, 65535]")
+        if self.num_nodes > 1 and self.master_port is None:
+            raise ConfigError(
+                "master_port", None, "a fixed TCP port when num_nodes > 1",
+                "Every machine must know where to meet.",
+            )
+        _check_int("max_restarts", self.max_restarts, 0)
+
+    def replace(self, **changes: Any) -> LaunchConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def file_values(self) -> dict[str, Any]:
+        """The values that belong in the config file."""
+        return {key: getattr(self, key) for key in FILE_KEYS}
+
+    @classmethod
+    def from_defaults(cls, **given: Any) -> LaunchConfig:
+        """Built-in defaults, overridden by the config file, overridden by ``given``.
+
+        Arguments passed as ``None`` count as not given, except ``timeout`` and ``seed``
+        where ``None`` is a real choice only if the file does not say otherwise.
+        """
+        values: dict[str, Any] = dict(load_file())
+        values.update({k: v for k, v in given.items() if v is not None})
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def load_file(path: Path | None = None) -> dict[str, Any]:
+    """The saved defaults; a missing file gives ``{}``, a broken one a warning and ``{}``."""
+    path = path or env.config_file()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        warnings.warn(f"notebook_accel: cannot read {path} ({exc}); using the defaults.",
+                      stacklevel=2)
+        return {}
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("the top level is not a JSON object")
+        values = {k: v for k, v in data.items() if k in FILE_KEYS}
+        LaunchConfig(**values)  # validate the file's values as a whole
+    except (ValueError, TypeError) as exc:
+        warnings.warn(
+            f"notebook_accel: the config file {path} is not valid ({exc}); using the defaults. "
+            "Fix or delete the file, or save new choices from the panel or "
+            "`notebook-accel config`.",
+            stacklevel=2,
+        )
+        return {}
+    return values
+
+
+def save_file(config: LaunchConfig, path: Path | None = None) -> Path:
+    """Write the config file atomically (a temporary file renamed into place)."""
+    path = path or env.config_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(config.file_values(), handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

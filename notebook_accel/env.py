@@ -1,0 +1,186 @@
+"""The one module that reads or writes ``os.environ``.
+
+Every environment variable the library cares about is named here, once:
+
+    parent (notebook)                         worker (child process)
+    -----------------                         ----------------------
+    snapshot()  --- travels in the payload -->  install(snapshot, WorkerEnv)
+                                                  RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+                                                  GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+                                                  NOTEBOOK_ACCEL_* (precision, device, backend)
+    Accelerator / state.py  <-- read_distributed(), launch_option()
+
+The workers take the parent's environment as it is at launch time (not as it was when the
+forkserver started), so a variable set in a cell just before a launch reaches them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "WorkerEnv",
+    "DistributedEnv",
+    "snapshot",
+    "install",
+    "read_distributed",
+    "launch_option",
+    "get",
+    "set_var",
+    "overridden",
+    "config_file",
+]
+
+_PREFIX = "NOTEBOOK_ACCEL_"
+
+
+@dataclass(frozen=True)
+class WorkerEnv:
+    """The distributed variables one worker receives."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    device_type: str
+    backend: str
+    mixed_precision: str
+    # The parent (like torchrun's agent) hosts the TCPStore, so every rank connects as a client.
+    agent_store: bool = True
+    loopback: bool = True
+    extra: tuple[tuple[str, str], ...] = ()
+
+    def variables(self) -> dict[str, str]:
+        out = {
+            "RANK": str(self.rank),
+            "LOCAL_RANK": str(self.local_rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "GROUP_RANK": str(self.node_rank),
+            "NODE_RANK": str(self.node_rank),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            _PREFIX + "LAUNCHED": "1",
+            _PREFIX + "DEVICE_TYPE": self.device_type,
+            _PREFIX + "BACKEND": self.backend,
+            _PREFIX + "MIXED_PRECISION": self.mixed_precision,
+        }
+        if self.agent_store:
+            out["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+        if self.loopback:
+            # Keep gloo's and NCCL's bootstrap sockets on loopback for single-machine launches.
+            out["GLOO_SOCKET_IFNAME"] = "lo"
+            out["NCCL_SOCKET_IFNAME"] = "lo"
+        out.update(dict(self.extra))
+        return out
+
+
+@dataclass(frozen=True)
+class DistributedEnv:
+    """What a process can learn about its place in a job from its environment."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    master_addr: str | None
+    master_port: int | None
+    launched_by_us: bool
+
+
+def snapshot() -> dict[str, str]:
+    """The parent's environment now, to be installed in every worker."""
+    return dict(os.environ)
+
+
+def install(base: Mapping[str, str], worker: WorkerEnv) -> None:
+    """Replace this process's environment by ``base`` plus the worker's variables."""
+    wanted = dict(base)
+    wanted.update(worker.variables())
+    for key in list(os.environ):
+        if key not in wanted:
+            del os.environ[key]
+    os.environ.update(wanted)
+
+
+def _int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return int(value)
+
+
+def read_distributed() -> DistributedEnv:
+    """This process's rank and world, from torchrun/our launcher, SLURM, or a single process."""
+    rank = _int("RANK")
+    world = _int("WORLD_SIZE")
+    local_rank = _int("LOCAL_RANK")
+    local_world = _int("LOCAL_WORLD_SIZE")
+    if rank is None and _int("SLURM_NTASKS") is not None and "MASTER_ADDR" in os.environ:
+        rank = _int("SLURM_PROCID")
+        world = _int("SLURM_NTASKS")
+        local_rank = _int("SLURM_LOCALID")
+        local_world = _int("SLURM_NTASKS_PER_NODE")
+    rank = rank or 0
+    world = world or 1
+    port = _int("MASTER_PORT")
+    return DistributedEnv(
+        rank=rank,
+        local_rank=local_rank if local_rank is not None else rank,
+        world_size=world,
+        local_world_size=local_world if local_world is not None else world,
+        master_addr=os.environ.get("MASTER_ADDR"),
+        master_port=port,
+        launched_by_us=os.environ.get(_PREFIX + "LAUNCHED") == "1",
+    )
+
+
+def launch_option(name: str) -> str | None:
+    """A launch choice passed to the workers, e.g. ``launch_option("mixed_precision")``."""
+    return os.environ.get(_PREFIX + name.upper())
+
+
+def get(name: str, default: str | None = None) -> str | None:
+    """Read one variable (for the few modules that need a specific one, e.g. TPU detection)."""
+    return os.environ.get(name, default)
+
+
+def set_var(name: str, value: str | None) -> None:
+    """Set (or, with ``None``, remove) one variable in this process."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+@contextmanager
+def overridden(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set variables for the duration of a block, then put the old values back."""
+    old = {key: os.environ.get(key) for key in values}
+    try:
+        for key, value in values.items():
+            set_var(key, value)
+        yield
+    finally:
+        for key, value in old.items():
+            set_var(key, value)
+
+
+def config_file() -> Path:
+    """The launch configuration file shared by the launcher, the panel and the command line.
+
+    ``NOTEBOOK_ACCEL_CONFIG_FILE`` overrides it; otherwise it lives in the user's config folder
+    (``$XDG_CONFIG_HOME`` or ``~/.config``).
+    """
+    explicit = os.environ.get(_PREFIX + "CONFIG_FILE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "notebook_accel" / "config.json"

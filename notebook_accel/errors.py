@@ -1,0 +1,128 @@
+"""The exception hierarchy: every error this library raises derives from NotebookAccelError."""
+
+from __future__ import annotations
+
+import signal
+
+__all__ = [
+    "NotebookAccelError",
+    "ConfigError",
+    "PayloadError",
+    "LaunchError",
+    "WorkerError",
+    "WorkerDiedError",
+    "LaunchTimeoutError",
+    "RemoteTraceback",
+]
+
+# What a death by signal usually means, for the message a user reads in the cell.
+_SIGNAL_HINTS = {
+    signal.SIGKILL: "often the out-of-memory killer; check memory use or lower the batch size",
+    signal.SIGSEGV: "a segmentation fault in native code (a C/C++ extension, CUDA or a driver)",
+    signal.SIGABRT: "an abort in native code, often a failed C++ assertion or a NCCL error",
+    signal.SIGBUS: "a bus error, often /dev/shm too small for DataLoader workers in a container",
+    signal.SIGTERM: "terminated from outside the launcher",
+    signal.SIGFPE: "a floating-point exception in native code",
+    signal.SIGILL: "an illegal instruction: a binary built for another CPU",
+}
+
+
+class NotebookAccelError(Exception):
+    """Base class of every error raised by notebook_accel."""
+
+
+class ConfigError(NotebookAccelError, ValueError):
+    """A parameter has a value that is not accepted.
+
+    Attributes:
+        parameter: the name of the parameter, as the user wrote it.
+        value: the value given.
+        accepted: a human-readable description of what is accepted.
+    """
+
+    def __init__(self, parameter: str, value: object, accepted: str, hint: str = "") -> None:
+        self.parameter = parameter
+        self.value = value
+        self.accepted = accepted
+        message = f"{parameter}={value!r} is not accepted; expected {accepted}."
+        if hint:
+            message += f" {hint}"
+        super().__init__(message)
+
+
+class PayloadError(NotebookAccelError, TypeError):
+    """The function or its arguments cannot be sent to the workers.
+
+    Attributes:
+        culprit: where the unpicklable object sits, e.g. ``"variable 'lock' captured by train"``.
+    """
+
+    def __init__(self, message: str, culprit: str = "") -> None:
+        self.culprit = culprit
+        super().__init__(message)
+
+
+class LaunchError(NotebookAccelError, RuntimeError):
+    """The launch itself failed (processes could not start or rendezvous)."""
+
+
+class WorkerError(NotebookAccelError, RuntimeError):
+    """A worker raised an exception that could not be sent back as itself.
+
+    Attributes:
+        rank: the global rank of the failing worker.
+        type_name: the qualified name of the original exception type.
+    """
+
+    def __init__(self, message: str, rank: int, type_name: str = "") -> None:
+        self.rank = rank
+        self.type_name = type_name
+        super().__init__(message)
+
+
+class WorkerDiedError(NotebookAccelError, RuntimeError):
+    """A worker ended without a Python exception (os._exit, a signal, a crash in C code).
+
+    Attributes:
+        rank: the global rank of the worker.
+        exitcode: its exit code; negative for a signal, as in ``multiprocessing``.
+        signal_name: the signal's name (``"SIGKILL"``) or ``None``.
+    """
+
+    def __init__(self, rank: int, exitcode: int) -> None:
+        self.rank = rank
+        self.exitcode = exitcode
+        self.signal_name: str | None = None
+        if exitcode < 0:
+            sig = signal.Signals(-exitcode)
+            self.signal_name = sig.name
+            hint = _SIGNAL_HINTS.get(sig, "a signal sent to the worker")
+            message = f"rank {rank} was killed by {sig.name} ({hint})."
+        else:
+            message = (
+                f"rank {rank} exited with code {exitcode} without raising a Python exception "
+                "(os._exit(), sys.exit() from C code, or a crash that skipped Python)."
+            )
+        super().__init__(message)
+
+
+class LaunchTimeoutError(NotebookAccelError, TimeoutError):
+    """The launch ran longer than its ``timeout``; every worker was stopped."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        super().__init__(
+            f"the launch ran longer than timeout={timeout:g} s and every worker was stopped; "
+            "raise timeout= (or pass timeout=None) if the job needs longer."
+        )
+
+
+class RemoteTraceback(Exception):
+    """Carries a worker's formatted traceback; set as ``__cause__`` of a re-raised error."""
+
+    def __init__(self, traceback_text: str) -> None:
+        self.traceback_text = traceback_text
+        super().__init__(traceback_text)
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.traceback_text.rstrip()}\n"""'

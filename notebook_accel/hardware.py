@@ -288,7 +288,7 @@ def resolve(config: LaunchConfig, machine: Machine | None = None) -> Plan:
         raise ConfigError(
             "num_processes", n, f"an int in [1, {bound}] on {kind.describe(machine)}"
         )
-    precisions = kind.precisions(machine)
+    precisions = ("no",) if config.mixed_precision == "no" else kind.precisions(machine)
     if config.mixed_precision not in precisions:
         raise ConfigError(
             "mixed_precision",

@@ -1,0 +1,47 @@
+"""notebook_accel: multi-process PyTorch training from one notebook cell.
+
+Importing the package has no side effects and does not import torch; the public names are
+loaded on first use.
+
+Example:
+    >>> from notebook_accel import notebook_launcher
+    >>> notebook_launcher(lambda: "hi", num_processes=2)  # doctest: +SKIP
+    Launching 2 processes on CPU (gloo)
+    ['hi', 'hi']
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "notebook_launcher": "notebook_accel.launch",
+    "debug_launcher": "notebook_accel.launch",
+    "LaunchConfig": "notebook_accel.config",
+    "NotebookAccelError": "notebook_accel.errors",
+    "ConfigError": "notebook_accel.errors",
+    "PayloadError": "notebook_accel.errors",
+    "LaunchError": "notebook_accel.errors",
+    "WorkerError": "notebook_accel.errors",
+    "WorkerDiedError": "notebook_accel.errors",
+    "LaunchTimeoutError": "notebook_accel.errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'notebook_accel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,226 @@
+"""``notebook_launcher`` and ``debug_launcher``: run a cell's function on N processes.
+
+    notebook_launcher(fn, args, ...)
+      -> LaunchConfig (defaults from the config file; validated)
+      -> hardware.resolve: "auto" -> TPU / CUDA / MPS / CPU, bounds and precision checked
+      -> payload.build: cloudpickle by value, the culprit named if it does not pickle
+      -> rendezvous store on loopback (port chosen by the OS, held for the whole launch)
+      -> Engine(...).run()  or, on TPU, xla.run(...)
+      -> [result of rank 0, result of rank 1, ...]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .. import env, hardware
+from ..config import LaunchConfig
+from ..errors import ConfigError, LaunchTimeoutError, NotebookAccelError, WorkerDiedError
+from .display import Display
+from .engine import Engine, Layout, warm_up
+from .payload import Payload, build
+
+__all__ = ["notebook_launcher", "debug_launcher"]
+
+# Failures after which a restart can help (not a bad argument, not the user's stop button).
+_RESTARTABLE = (Exception,)
+
+
+@contextlib.contextmanager
+def rendezvous_store(config: LaunchConfig, world_size: int) -> Iterator[tuple[Any, int]]:
+    """Host torch's TCPStore in this process, as torchrun's agent does, for the launch's life.
+
+    On one machine it listens on 127.0.0.1 at a port the OS picks, so re-runs and two
+    notebooks at once never collide. Machine 0 of several listens on ``master_port``.
+    Other machines host nothing and connect to machine 0.
+    """
+    if config.node_rank != 0:
+        yield None, config.master_port or 0
+        return
+    import torch.distributed as dist
+
+    single = config.num_nodes == 1
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1" if single else "0.0.0.0", config.master_port or 0))
+        sock.listen(max(128, world_size))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            "master_port", config.master_port, "a free TCP port",
+            f"Binding it failed: {exc}. Pass master_port=None to let the OS pick one.",
+        ) from exc
+    port = sock.getsockname()[1]
+    store = dist.TCPStore(
+        "127.0.0.1" if single else config.master_addr, port, None, True,
+        datetime.timedelta(minutes=30), wait_for_workers=False,
+        master_listen_fd=sock.detach(),  # the store owns and closes the socket
+        use_libuv=True,
+    )
+    try:
+        yield store, port
+    finally:
+        del store
+
+
+def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
+    extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
+    extra.append(("NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS",
+                  str(config.gradient_accumulation_steps)))
+    if config.seed is not None:
+        extra.append(("NOTEBOOK_ACCEL_SEED", str(config.seed)))
+    return Layout(
+        num_processes=plan.num_processes,
+        node_rank=config.node_rank,
+        num_nodes=config.num_nodes,
+        device_type=plan.device_type,
+        backend=plan.backend,
+        mixed_precision=config.mixed_precision,
+        master_addr="127.0.0.1" if config.num_nodes == 1 else config.master_addr,
+        extra_env=tuple(extra),
+    )
+
+
+def _run_once(config: LaunchConfig, plan: hardware.Plan, payload: Payload, display: Display,
+              attempt: int) -> list[Any]:
+    layout = _layout(config, plan, attempt)
+    if plan.backend == "xla":
+        from . import xla
+
+        return xla.run(layout, payload, display, config.timeout)
+    with rendezvous_store(config, layout.world_size) as (_store, port):
+        engine = Engine(layout, payload, display, port, config.start_method)
+        return engine.run(config.timeout)
+
+
+def launch(function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | None,
+           config: LaunchConfig, machine: hardware.Machine | None = None) -> list[Any]:
+    """Validate everything, then run (and restart up to ``config.max_restarts`` times)."""
+    payload = build(function, args, kwargs, env.snapshot())
+    plan = hardware.resolve(config, machine)
+    if plan.backend != "xla":
+        warm_up(config.start_method)
+    display = Display(output=config.output)
+    display.banner(plan.describe(config.num_nodes))
+    attempt = 0
+    try:
+        while True:
+            try:
+                return _run_once(config, plan, payload, display, attempt)
+            except LaunchTimeoutError:
+                raise
+            except _RESTARTABLE as exc:
+                if attempt >= config.max_restarts or isinstance(exc, ConfigError):
+                    raise
+                attempt += 1
+                display.banner(
+                    f"{type(exc).__name__}: {_first_line(exc)} -- restarting every process "
+                    f"(restart {attempt} of {config.max_restarts})"
+                )
+    finally:
+        display.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else ""
+
+
+def notebook_launcher(
+    function: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    num_processes: int | None = None,
+    mixed_precision: str | None = None,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    hardware: str | None = None,
+    output: str | None = None,
+    timeout: float | None = None,
+    gradient_accumulation_steps: int | None = None,
+    seed: int | None = None,
+    num_nodes: int | None = None,
+    node_rank: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+    use_port: int | str | None = None,
+    max_restarts: int | None = None,
+    start_method: str | None = None,
+) -> list[Any]:
+    """Run ``function(*args)`` on ``num_processes`` worker processes and return every result.
+
+    The function may be defined in a notebook cell (it travels by value with cloudpickle).
+    Each worker has the torch.distributed variables set (RANK, WORLD_SIZE, MASTER_ADDR, ...),
+    so ``torch.distributed.init_process_group()`` or :class:`~notebook_accel.Accelerator`
+    work inside it. Output appears in the cell line by line as ``[rank N] ...``.
+
+    Args:
+        function: the function to run in every worker.
+        args: its positional arguments, as a tuple.
+        num_processes: how many workers on this machine; default: every GPU / TPU core,
+            or 2 on CPU (from the config file when it says otherwise).
+        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``, passed to the Accelerator.
+        kwargs: keyword arguments for ``function``.
+        hardware: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"tpu"`` or ``"mps"``.
+        output: whose lines to show: ``"all"`` ranks, ``"main"`` (rank 0 only) or ``"none"``.
+        timeout: seconds after which the launch is stopped with LaunchTimeoutError.
+        gradient_accumulation_steps: default for ``Accelerator()`` in the workers.
+        seed: default seed for ``Accelerator()`` in the workers.
+        num_nodes, node_rank, master_addr, master_port: run the same cell on several
+            machines; they meet at ``master_addr:master_port`` (machine 0).
+        use_port: HF accelerate's name for ``master_port``.
+        max_restarts: restart every worker up to this many times after a failure.
+        start_method: ``"auto"`` (forkserver, else spawn), ``"forkserver"`` or ``"spawn"``.
+
+    Returns:
+        The list of every rank's return value on this machine, in rank order.
+
+    Raises:
+        ConfigError: a bad argument, before any process starts.
+        PayloadError: the function or its arguments cannot be pickled (the culprit is named).
+        WorkerDiedError: a worker ended without a Python exception (a signal, ``os._exit``).
+        LaunchTimeoutError: the launch ran longer than ``timeout``.
+        Exception: the first failing worker's own exception, with its traceback as the cause.
+
+    Example:
+        >>> def train(lr):
+        ...     import torch.distributed as dist
+        ...     dist.init_process_group("gloo")
+        ...     return dist.get_rank() * lr
+        >>> notebook_launcher(train, args=(0.5,), num_processes=2)  # doctest: +SKIP
+        Launching 2 processes on CPU (gloo)
+        [0.0, 0.5]
+    """
+    if use_port is not None and master_port is None:
+        try:
+            master_port = int(use_port)
+        except ValueError:
+            raise ConfigError("use_port", use_port, "a TCP port number") from None
+    config = LaunchConfig.from_defaults(
+        num_processes=num_processes, mixed_precision=mixed_precision, hardware=hardware,
+        output=output, timeout=timeout, gradient_accumulation_steps=gradient_accumulation_steps,
+        seed=seed, num_nodes=num_nodes, node_rank=node_rank, master_addr=master_addr,
+        master_port=master_port, max_restarts=max_restarts, start_method=start_method,
+    )
+    return launch(function, args, kwargs, config)
+
+
+def debug_launcher(
+    function: Callable[..., Any], args: tuple[Any, ...] = (), num_processes: int = 2,
+    **options: Any,
+) -> list[Any]:
+    """``notebook_launcher`` on CPU processes only, ignoring the config file: for tests.
+
+    Example:
+        >>> debug_launcher(lambda: 1, num_processes=2)  # doctest: +SKIP
+        [1, 1]
+    """
+    config = LaunchConfig(num_processes=num_processes, hardware="cpu", **options)
+    return launch(function, args, options.pop("kwargs", None), config)
+
+
+

@@ -1,0 +1,357 @@
+"""Start, supervise and stop the workers of one launch.
+
+    parent (notebook kernel)                         forkserver (imported torch once)
+    ------------------------                         ---------------------------------
+    TCPStore on loopback, port 0  <--- every rank connects (TORCHELASTIC_USE_AGENT_STORE)
+    per rank: message pipe, stdout pipe, stderr pipe, lifeline pipe
+    Process(target=worker.main).start()  -------->   fork -> worker.main(rank ...)
+    loop over selectors:
+      stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
+      Progress              -> display.progress
+      Result                -> results[rank]
+      Failure               -> stop the others, re-raise the earliest failure
+      a worker's sentinel   -> died without a message? WorkerDiedError
+      deadline              -> LaunchTimeoutError
+      KeyboardInterrupt     -> stop everyone, re-raise
+    finally: SIGTERM -> grace -> SIGKILL to each worker's process group; close every fd and
+             the store, so nothing outlives the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import selectors
+import signal
+import sys
+import time
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from .. import env
+from ..errors import LaunchTimeoutError, RemoteTraceback, WorkerDiedError, WorkerError
+from . import worker as worker_module
+from .channel import Failure, Progress, Result, receive
+from .display import Display
+from .payload import Payload
+
+__all__ = ["Engine", "Layout", "context", "warm_up"]
+
+_PRELOAD = ["torch", "torch.distributed", "notebook_accel.launch.worker"]
+_TICK = 0.25  # seconds between checks when nothing arrives
+_DRAIN = 1.0  # seconds to wait for output after a worker ended
+_EXIT_GRACE = 5.0  # seconds a worker that returned its result gets to exit by itself
+
+
+def context(method: str = "auto") -> multiprocessing.context.BaseContext:
+    """A forkserver context that imported torch once; spawn where there is no forkserver."""
+    if method == "auto":
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else (
+            "spawn"
+        )
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(_PRELOAD)  # type: ignore[attr-defined]
+    return ctx
+
+
+def warm_up(method: str = "auto") -> None:
+    """Start the forkserver now, so that it imports torch while the parent prepares."""
+    ctx = context(method)
+    if ctx.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Start processes without multiprocessing re-running the caller's script in each worker.
+
+    The function travels by value (cloudpickle), so workers never need ``__main__``; without
+    this, ``python train.py`` would have every worker execute train.py again as ``__mp_main__``.
+    """
+    real = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if real is not None:
+            sys.modules["__main__"] = real
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where this machine's ranks sit in the job."""
+
+    num_processes: int
+    node_rank: int = 0
+    num_nodes: int = 1
+    device_type: str = "cpu"
+    backend: str = "gloo"
+    mixed_precision: str = "no"
+    master_addr: str = "127.0.0.1"
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def world_size(self) -> int:
+        return self.num_processes * self.num_nodes
+
+    def worker_env(self, local_rank: int, port: int) -> env.WorkerEnv:
+        return env.WorkerEnv(
+            rank=self.node_rank * self.num_processes + local_rank,
+            local_rank=local_rank,
+            world_size=self.world_size,
+            local_world_size=self.num_processes,
+            node_rank=self.node_rank,
+            master_addr=self.master_addr,
+            master_port=port,
+            device_type=self.device_type,
+            backend=self.backend,
+            mixed_precision=self.mixed_precision,
+            loopback=self.num_nodes == 1,
+            extra=self.extra_env,
+        )
+
+
+@dataclass
+class _Rank:
+    rank: int
+    process: BaseProcess
+    messages: Connection
+    stdout: Connection
+    stderr: Connection
+    lifeline: Connection
+    result: bytes | None = None
+    failure: Failure | None = None
+    exited: bool = False
+    open_streams: set[str] = field(default_factory=lambda: {"stdout", "stderr"})
+
+
+def _signal_group(proc: BaseProcess, sig: int) -> None:
+    if proc.pid is None:
+        return
+    try:
+        os.killpg(proc.pid, sig)  # the worker made itself a group leader: children go too
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, sig)  # not yet a group leader (just forked)
+
+
+class Engine:
+    """One launch on this machine: ``run()`` returns every local rank's result, in order."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        payload: Payload,
+        display: Display,
+        port: int,
+        start_method: str = "auto",
+    ) -> None:
+        self.layout = layout
+        self.payload = payload
+        self.display = display
+        self.port = port
+        self.ctx = context(start_method)
+        self.ranks: list[_Rank] = []
+        self.selector = selectors.DefaultSelector()
+
+    # -- starting ---------------------------------------------------------------------------
+    def _start_one(self, local_rank: int) -> _Rank:
+        pipe = self.ctx.Pipe
+        msg_r, msg_w = pipe(duplex=False)
+        out_r, out_w = pipe(duplex=False)
+        err_r, err_w = pipe(duplex=False)
+        life_r, life_w = pipe(duplex=False)
+        worker_env = self.layout.worker_env(local_rank, self.port)
+        proc = self.ctx.Process(  # type: ignore[attr-defined]
+            target=worker_module.main,
+            args=(worker_env, self.payload, msg_w, out_w, err_w, life_r),
+            name=f"notebook-accel-rank-{worker_env.rank}",
+            daemon=False,
+        )
+        try:
+            proc.start()
+        finally:
+            for end in (msg_w, out_w, err_w, life_r):
+                end.close()  # the child has its copies; ours would hide EOF
+        rank = _Rank(worker_env.rank, proc, msg_r, out_r, err_r, life_w)
+        self.selector.register(msg_r, selectors.EVENT_READ, (rank, "messages"))
+        self.selector.register(out_r, selectors.EVENT_READ, (rank, "stdout"))
+        self.selector.register(err_r, selectors.EVENT_READ, (rank, "stderr"))
+        self.selector.register(proc.sentinel, selectors.EVENT_READ, (rank, "sentinel"))
+        return rank
+
+    def start(self) -> None:
+        with _main_hidden():
+            for local_rank in range(self.layout.num_processes):
+                self.ranks.append(self._start_one(local_rank))
+
+    # -- supervising ------------------------------------------------------------------------
+    def _handle(self, rank: _Rank, what: str) -> None:
+        if what in ("stdout", "stderr"):
+            conn = rank.stdout if what == "stdout" else rank.stderr
+            data = _read(conn)
+            if data:
+                self.display.feed(rank.rank, what, data)
+            else:
+                self._unregister(conn)
+                rank.open_streams.discard(what)
+                self.display.end(rank.rank, what)
+        elif what == "messages":
+            self._read_messages(rank)
+        elif what == "sentinel":
+            self._unregister(rank.process.sentinel)
+            rank.exited = True
+            self._read_messages(rank)  # whatever it sent before dying
+
+    def _read_messages(self, rank: _Rank) -> None:
+        conn = rank.messages
+        if conn.closed:
+            return
+        try:
+            while conn.poll(0):
+                self._dispatch(rank, receive(conn))
+        except (EOFError, OSError):
+            self._unregister(conn)
+            conn.close()
+
+    def _dispatch(self, rank: _Rank, message: Any) -> None:
+        if isinstance(message, Result):
+            rank.result = message.value
+        elif isinstance(message, Failure):
+            rank.failure = message
+        elif isinstance(message, Progress):
+            self.display.progress(rank.rank, message)
+
+    def _unregister(self, fileobj: Any) -> None:
+        if isinstance(fileobj, Connection) and fileobj.closed:
+            return  # closed connections were unregistered when they closed
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.selector.unregister(fileobj)
+
+    def _poll(self, timeout: float) -> None:
+        for key, _ in self.selector.select(timeout):
+            rank, what = key.data
+            self._handle(rank, what)
+
+    def _first_problem(self) -> BaseException | None:
+        failures = [r for r in self.ranks if r.failure is not None]
+        if failures:
+            first = min(failures, key=lambda r: r.failure.time)  # type: ignore[union-attr]
+            return _rebuild(first.rank, first.failure, self.layout.world_size)  # type: ignore[arg-type]
+        for rank in self.ranks:
+            if rank.exited and rank.result is None:
+                code = rank.process.exitcode
+                return WorkerDiedError(rank.rank, code if code is not None else -9)
+        return None
+
+    def supervise(self, timeout: float | None) -> list[Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            problem = self._first_problem()
+            if problem is not None:
+                self.stop(grace=2.0)
+                # A failure seen later may be the consequence of an earlier one elsewhere.
+                raise self._first_problem() or problem
+            if all(r.result is not None for r in self.ranks):
+                break
+            wait = _TICK
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.stop(grace=1.0)
+                    raise LaunchTimeoutError(timeout)  # type: ignore[arg-type]
+                wait = min(wait, left)
+            self._poll(wait)
+        # Every rank has answered: let them finish exiting, then relay their last lines.
+        end = time.monotonic() + _EXIT_GRACE
+        while time.monotonic() < end and not all(r.exited for r in self.ranks):
+            self._poll(0.05)
+        self._drain(time.monotonic() + _DRAIN)
+        return [pickle.loads(r.result) for r in self.ranks]  # type: ignore[arg-type]
+
+    def _drain(self, until: float) -> None:
+        """Relay the output the workers wrote before they ended."""
+        while any(r.open_streams for r in self.ranks) and time.monotonic() < until:
+            self._poll(max(0.0, min(_TICK, until - time.monotonic())))
+
+    # -- stopping ---------------------------------------------------------------------------
+    def stop(self, grace: float) -> None:
+        """SIGTERM every worker's process group, SIGKILL what is left after ``grace``."""
+        alive = [r for r in self.ranks if r.process.exitcode is None]
+        for rank in alive:
+            _signal_group(rank.process, signal.SIGTERM)
+        end = time.monotonic() + grace
+        while time.monotonic() < end and any(r.process.exitcode is None for r in alive):
+            self._poll(0.05)
+        for rank in self.ranks:
+            _signal_group(rank.process, signal.SIGKILL)
+        for rank in self.ranks:
+            rank.process.join(timeout=2.0)
+            if rank.process.exitcode is not None:
+                rank.exited = True
+        self._drain(time.monotonic() + 0.3)
+
+    def close(self) -> None:
+        """Release every pipe; the lifelines' closing kills anything still there."""
+        for rank in self.ranks:
+            if rank.process.exitcode is None:
+                _signal_group(rank.process, signal.SIGKILL)
+                rank.process.join(timeout=2.0)
+            for conn in (rank.messages, rank.stdout, rank.stderr, rank.lifeline):
+                self._unregister(conn)
+                conn.close()
+            self._unregister(rank.process.sentinel)
+            with contextlib.suppress(ValueError, AttributeError):
+                rank.process.close()
+            self.display.end(rank.rank, "stdout")
+            self.display.end(rank.rank, "stderr")
+        self.selector.close()
+
+    def run(self, timeout: float | None) -> list[Any]:
+        try:
+            self.start()
+            return self.supervise(timeout)
+        except BaseException:
+            # KeyboardInterrupt included: every worker stops within the grace, then SIGKILL.
+            self.stop(grace=1.0)
+            raise
+        finally:
+            self.close()
+
+
+def _read(conn: Connection) -> bytes:
+    try:
+        return os.read(conn.fileno(), 1 << 16)
+    except OSError:
+        return b""
+
+
+def _rebuild(rank: int, failure: Failure, world_size: int) -> BaseException:
+    """The worker's exception as its own type, with the worker's traceback as the cause."""
+    exc: BaseException | None = None
+    if failure.exception is not None:
+        try:
+            loaded = pickle.loads(failure.exception)
+            exc = loaded if isinstance(loaded, BaseException) else None
+        except Exception:
+            exc = None
+    if exc is None:
+        exc = WorkerError(
+            f"rank {rank} raised {failure.type_name}: {failure.message}", rank, failure.type_name
+        )
+    with contextlib.suppress(AttributeError, TypeError):
+        exc.rank = rank  # type: ignore[attr-defined]
+    exc.add_note(f"[notebook_accel] raised on rank {rank} of {world_size}; the worker's "
+                 "traceback is shown above.")
+    exc.__cause__ = RemoteTraceback(f"Traceback from rank {rank}:\n{failure.traceback}")
+    exc.__suppress_context__ = True
+    return exc

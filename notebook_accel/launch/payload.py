@@ -1,0 +1,139 @@
+"""The payload: the user's function and arguments, pickled by value with cloudpickle.
+
+Functions, lambdas and closures defined in notebook cells live in ``__main__``; cloudpickle
+sends their code by value, so workers never import the notebook. ``sys.path`` and the working
+directory travel too, so functions imported from the user's own modules import in the worker.
+
+Before anything starts, ``build`` pickles the payload in the parent; when that fails it looks
+for the culprit (an argument, a captured variable, an attribute inside one) and names it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pickle
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from ..errors import ConfigError, PayloadError
+
+__all__ = ["Payload", "build", "load"]
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What every worker unpickles: the call, and the parent's import context."""
+
+    call: bytes  # cloudpickle of (function, args, kwargs)
+    sys_path: tuple[str, ...]
+    cwd: str
+    environ: dict[str, str]
+
+
+def _describe(obj: object) -> str:
+    kind = type(obj)
+    return f"a {kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else (
+        f"a {kind.__qualname__}"
+    )
+
+
+def _picklable(obj: object) -> bool:
+    try:
+        cloudpickle.dumps(obj)
+    except Exception:
+        return False
+    return True
+
+
+def _children(obj: object) -> Iterator[tuple[str, object]]:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield f"[{key!r}]", value
+    elif isinstance(obj, list | tuple | set | frozenset):
+        for i, value in enumerate(obj):
+            yield f"[{i}]", value
+    elif hasattr(obj, "__dict__") and not inspect.ismodule(obj) and not inspect.isclass(obj):
+        for key, value in vars(obj).items():
+            yield f".{key}", value
+
+
+def _narrow(path: str, obj: object, depth: int = 4) -> tuple[str, object]:
+    """Follow containers and attributes down to the innermost unpicklable object."""
+    if depth == 0:
+        return path, obj
+    if inspect.isfunction(obj):
+        for name, value in _captures(obj):
+            if not _picklable(value):
+                return _narrow(f"{name} (captured by {obj.__qualname__})", value, depth - 1)
+        return path, obj
+    for suffix, child in _children(obj):
+        if not _picklable(child):
+            return _narrow(path + suffix, child, depth - 1)
+    return path, obj
+
+
+def _captures(fn: Callable[..., Any]) -> Iterator[tuple[str, object]]:
+    try:
+        closure = inspect.getclosurevars(fn)
+    except (TypeError, ValueError):
+        return
+    for name, value in closure.nonlocals.items():
+        yield f"variable {name!r}", value
+    for name, value in closure.globals.items():
+        yield f"global {name!r}", value
+
+
+def _culprit(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    for i, value in enumerate(args):
+        if not _picklable(value):
+            path, obj = _narrow(f"args[{i}]", value)
+            return f"{path} ({_describe(obj)})"
+    for key, value in kwargs.items():
+        if not _picklable(value):
+            path, obj = _narrow(f"kwargs[{key!r}]", value)
+            return f"{path} ({_describe(obj)})"
+    name = getattr(function, "__qualname__", repr(function))
+    path, obj = _narrow(f"the function {name}", function)
+    return f"{path} ({_describe(obj)})"
+
+
+def build(
+    function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | None, environ: dict[str, str]
+) -> Payload:
+    """Check and pickle the call in the parent, before any process starts."""
+    if not callable(function):
+        raise ConfigError("function", function, "a callable (a function defined in a cell, say)")
+    if not isinstance(args, tuple):
+        hint = "Wrap a single argument as args=(value,)." if not isinstance(args, list) else (
+            "Pass a tuple: args=tuple(...)."
+        )
+        raise ConfigError("args", args, "a tuple of positional arguments", hint)
+    kwargs = dict(kwargs or {})
+    try:
+        call = cloudpickle.dumps((function, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        culprit = _culprit(function, args, kwargs)
+        raise PayloadError(
+            f"cannot send the function to the workers: {culprit} cannot be pickled ({exc}). "
+            "Create it inside the function instead of capturing it from the notebook.",
+            culprit=culprit,
+        ) from exc
+    return Payload(call=call, sys_path=tuple(sys.path), cwd=os.getcwd(), environ=environ)
+
+
+def load(payload: Payload) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """In the worker: restore the import context, then unpickle the call."""
+    for entry in reversed(payload.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    try:
+        os.chdir(payload.cwd)
+    except OSError:
+        pass  # the folder may not exist on another machine
+    function, args, kwargs = pickle.loads(payload.call)
+    return function, args, kwargs

@@ -1,0 +1,149 @@
+"""The worker's entry point (an importable module, so the forkserver can preload it).
+
+    forkserver child
+      -> own process group (the parent stops the worker and anything it started at once)
+      -> fd 1 and fd 2 -> the parent's output pipes (C code's writes are relayed too)
+      -> lifeline thread: the parent died -> kill our process group
+      -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
+      -> unpickle the call, run it
+      -> Result(value) or Failure(exception) over the channel
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import signal
+import sys
+import threading
+from multiprocessing.connection import Connection
+
+import cloudpickle
+
+from .. import env
+from .channel import Failure, Result, Sender
+from .payload import Payload, load
+
+__all__ = ["main"]
+
+
+def _redirect(conn: Connection, fd: int) -> None:
+    os.dup2(conn.fileno(), fd)
+    conn.close()
+
+
+def _line_buffered_stdio() -> None:
+    """Python and C streams flush each line, so the parent relays lines as they happen."""
+    sys.stdout = io.TextIOWrapper(
+        open(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace",
+        line_buffering=True,
+    )
+    sys.stderr = io.TextIOWrapper(
+        open(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace",
+        line_buffering=True,
+    )
+    try:
+        libc = ctypes.CDLL(None)
+        for name in ("stdout", "stderr"):
+            stream = ctypes.c_void_p.in_dll(libc, name)
+            libc.setvbuf(stream, None, 1, 0)  # _IOLBF
+    except (OSError, ValueError, AttributeError):
+        pass  # not glibc: C output is relayed when its buffer fills or at exit
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+def _watch_lifeline(lifeline: Connection) -> None:
+    def watch() -> None:
+        try:
+            lifeline.recv_bytes()
+        except (EOFError, OSError):
+            pass
+        # The parent is gone (or asked us to stop): take our children with us.
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="notebook-accel-lifeline", daemon=True).start()
+
+
+def _cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:
+    """Share the cores between the workers instead of each one using all of them."""
+    if worker.device_type != "cpu" or "OMP_NUM_THREADS" in environ:
+        return
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch.set_num_threads(max(1, (cores or 1) // worker.local_world_size))
+
+
+def _finish_distributed() -> None:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def main(
+    worker: env.WorkerEnv,
+    payload: Payload,
+    conn: Connection,
+    out_w: Connection,
+    err_w: Connection,
+    lifeline: Connection,
+) -> None:
+    """Run one rank of a launch. Called by ``multiprocessing`` in the child process."""
+    os.setpgrp()
+    _redirect(out_w, 1)
+    _redirect(err_w, 2)
+    _line_buffered_stdio()
+    _watch_lifeline(lifeline)
+    env.install(payload.environ, worker)
+    sender = Sender(conn)
+    from .. import progress
+
+    progress.attach(sender)
+    failed = True
+    try:
+        _cpu_threads(worker, payload.environ)
+        function, args, kwargs = load(payload)
+        value = function(*args, **kwargs)
+        try:
+            blob = cloudpickle.dumps(value)
+        except Exception as exc:
+            raise TypeError(
+                f"the function returned {type(value).__qualname__}, which cannot be pickled "
+                f"back to the notebook ({exc}); return plain data (numbers, lists, tensors)."
+            ) from exc
+        failed = False
+    except SystemExit as exc:
+        # A ported script may end with sys.exit(0): that is a clean finish returning None.
+        failed = exc.code not in (None, 0)
+        blob = cloudpickle.dumps(None)
+        if failed:
+            sender.send(Failure.from_exception(exc))
+    except BaseException as exc:  # KeyboardInterrupt too: the parent decides what it means
+        sender.send(Failure.from_exception(exc))
+    progress.detach()
+    _flush_all()
+    if not failed:
+        try:
+            _finish_distributed()
+        except Exception:
+            pass
+        # The result goes last, after every line this rank printed has reached its pipe.
+        sender.send(Result(blob))
+    conn.close()
+    if failed:
+        sys.exit(1)

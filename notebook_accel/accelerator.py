@@ -1,0 +1,407 @@
+"""Accelerator: the thin facade a training function talks to, with accelerate's names.
+
+Each call is delegated: process facts to ``state``, precision to ``precision``, data to
+``data``, collectives to ``collectives``, checkpoints to ``checkpoint``. This module only keeps
+the list of prepared objects and the shared ``GradientState``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.lr_scheduler import LRScheduler
+from torch.utils.data import DataLoader
+
+from . import checkpoint, collectives, env
+from .data import DataLoaderShard, shard_data_loader
+from .errors import ConfigError
+from .precision import (
+    AcceleratedOptimizer,
+    AcceleratedScheduler,
+    MixedPrecision,
+    check_precision,
+    make_precision,
+)
+from .state import DistributedType, GradientState, ProcessState
+
+__all__ = ["Accelerator", "DistributedType"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_Params = torch.Tensor | Iterable[torch.Tensor]
+
+
+def _accumulation_steps(value: int | None) -> int:
+    if value is None:
+        value = int(env.launch_option("gradient_accumulation_steps") or 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError("gradient_accumulation_steps", value, "an int >= 1")
+    return value
+
+
+class Accelerator:
+    """Device placement, data parallelism, mixed precision, accumulation and checkpoints.
+
+    Args:
+        device_placement: move prepared models and every batch to :attr:`device`.
+        split_batches: a loader's batch size is the global one, cut across processes
+            (default: every process gets the loader's batch size).
+        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; ``None`` takes the launcher's.
+        gradient_accumulation_steps: micro-batches per optimizer step; ``None`` takes the
+            launcher's (1 outside a launch).
+        cpu: train on the CPU even where a GPU exists.
+        even_batches: pad the end of each epoch so every process gets as many batches.
+        ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.
+
+    Example:
+        >>> accelerator = Accelerator()
+        >>> model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        >>> for x, y in loader:
+        ...     loss = torch.nn.functional.mse_loss(model(x), y)
+        ...     accelerator.backward(loss)
+        ...     optimizer.step()
+        ...     optimizer.zero_grad()
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool = False,
+        mixed_precision: MixedPrecision | None = None,
+        gradient_accumulation_steps: int | None = None,
+        cpu: bool = False,
+        even_batches: bool = True,
+        ddp_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        # Validate every argument before joining a process group: errors come out clean.
+        precision = check_precision(mixed_precision or env.launch_option("mixed_precision") or "no")
+        steps = _accumulation_steps(gradient_accumulation_steps)
+        self.state = ProcessState.from_environment(cpu=cpu)
+        self.precision = make_precision(precision, self.state.device.type)
+        self.gradient_state = GradientState(accumulation_steps=steps)
+        self.device_placement = device_placement
+        self.split_batches = split_batches
+        self.even_batches = even_batches
+        self.ddp_kwargs = dict(ddp_kwargs or {})
+        self.step = 0  # backward() calls, saved in checkpoints
+        self._objects = checkpoint.Stateful()
+        self._shuffle_seed: int | None = None
+
+    # ---- process facts -------------------------------------------------------------------
+    device = property(lambda self: self.state.device, doc="The device this process uses.")
+    num_processes = property(lambda self: self.state.world_size, doc="Processes in the job.")
+    process_index = property(lambda self: self.state.rank, doc="Global rank.")
+    local_process_index = property(lambda self: self.state.local_rank, doc="Rank on machine.")
+    is_main_process = property(lambda self: self.state.is_main_process, doc="Rank 0.")
+    is_local_main_process = property(
+        lambda self: self.state.is_local_main_process, doc="Local rank 0."
+    )
+    distributed_type = property(lambda self: self.state.distributed_type, doc="NO/MULTI_CPU/...")
+    use_distributed = property(lambda self: self.state.world_size > 1, doc="More than 1 rank.")
+    mixed_precision = property(lambda self: self.precision.name, doc="'no', 'fp16' or 'bf16'.")
+    scaler = property(lambda self: self.precision.scaler, doc="fp16's GradScaler, else None.")
+    sync_gradients = property(
+        lambda self: self.gradient_state.sync_gradients, doc="Does this micro-batch step?"
+    )
+    gradient_accumulation_steps = property(
+        lambda self: self.gradient_state.accumulation_steps, doc="Micro-batches per step."
+    )
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """Whether the last optimizer step was skipped (fp16 gradients overflowed)."""
+        return any(opt.step_was_skipped for opt in self._objects.optimizer)
+
+    # ---- prepare -------------------------------------------------------------------------
+    def prepare(self, *objects: Any) -> Any:
+        """Prepare models, optimizers, data loaders and LR schedulers; same order back.
+
+        Raises:
+            ConfigError: an object of another type (it names the argument's position).
+        """
+        handlers: list[tuple[type, Callable[[Any], Any]]] = [
+            (torch.nn.Module, self._prepare_model),
+            (torch.optim.Optimizer, self._prepare_optimizer),
+            (DataLoader, self._prepare_loader),
+            (LRScheduler, self._prepare_scheduler),
+        ]
+        done = (
+            DistributedDataParallel,
+            AcceleratedOptimizer,
+            DataLoaderShard,
+            AcceleratedScheduler,
+        )
+        plan: list[Callable[[Any], Any] | None] = []
+        for i, obj in enumerate(objects):
+            match = next((h for kind, h in handlers if isinstance(obj, kind)), None)
+            if match is None and not isinstance(obj, done):
+                raise ConfigError(
+                    f"prepare() argument {i + 1}",
+                    type(obj).__name__,
+                    "a torch.nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader "
+                    "or torch.optim.lr_scheduler.LRScheduler",
+                )
+            plan.append(None if isinstance(obj, done) else match)
+        # Schedulers last: they must find their optimizer already wrapped.
+        out = list(objects)
+        order = sorted(range(len(objects)), key=lambda i: plan[i] == self._prepare_scheduler)
+        for i in order:
+            handler = plan[i]
+            out[i] = objects[i] if handler is None else handler(objects[i])
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.device_placement:
+            model.to(self.device)
+        if self.precision.dtype is not None:
+            model._notebook_accel_forward = model.forward  # type: ignore[assignment]
+            model.forward = self.precision.wrap_forward(model.forward)
+        if self.num_processes > 1 and any(p.requires_grad for p in model.parameters()):
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            model = DistributedDataParallel(model, device_ids=ids, **self.ddp_kwargs)
+        self._objects.model.append(model)
+        return model
+
+    def _prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
+        wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
+        self._objects.optimizer.append(wrapped)
+        return wrapped
+
+    def _prepare_scheduler(self, scheduler: LRScheduler) -> AcceleratedScheduler:
+        mine = [o for o in self._objects.optimizer if o.optimizer is scheduler.optimizer]
+        wrapped = AcceleratedScheduler(scheduler, mine)
+        self._objects.scheduler.append(wrapped)
+        return wrapped
+
+    def _prepare_loader(self, loader: DataLoader[Any]) -> DataLoaderShard:
+        if self._shuffle_seed is None:
+            # Every rank must draw the same permutation: the launch's seed, else rank 0's.
+            launch_seed = env.launch_option("seed")
+            seed = int(launch_seed) if launch_seed else torch.initial_seed()
+            self._shuffle_seed = int(collectives.broadcast_object_list([seed])[0])
+        shard = shard_data_loader(
+            loader,
+            self.state,
+            self.gradient_state,
+            self._shuffle_seed,
+            split_batches=self.split_batches,
+            even_batches=self.even_batches,
+            device_placement=self.device_placement,
+        )
+        self._objects.loader.append(shard)
+        return shard
+
+    # ---- training step -------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by the accumulation steps and scaled for fp16."""
+        self.step += 1
+        if self.gradient_state.accumulation_steps > 1:
+            loss = loss / self.gradient_state.accumulation_steps
+        self.precision.backward(loss, **kwargs)
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """The mixed precision context (prepared models already run in it)."""
+        return self.precision.autocast()
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """Skip DDP's gradient all-reduce inside the block (a no-op in one process)."""
+        with (
+            model.no_sync()
+            if isinstance(model, DistributedDataParallel)
+            else contextlib.nullcontext()
+        ):
+            yield
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One micro-batch: gradients are all-reduced, and optimizers step, every N-th time.
+
+        Example:
+            >>> with accelerator.accumulate(model):
+            ...     accelerator.backward(loss_fn(model(x), y))
+            ...     optimizer.step()
+            ...     optimizer.zero_grad()
+        """
+        self.gradient_state.advance()
+        with contextlib.ExitStack() as stack:
+            if not self.gradient_state.sync_gradients:
+                for model in models or tuple(self._objects.model):
+                    stack.enter_context(self.no_sync(model))
+            yield
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Divide fp16-scaled gradients back (once per step); a no-op for other precisions."""
+        targets = [optimizer] if optimizer is not None else self._objects.optimizer
+        for opt in targets:
+            self.precision.unscale_(getattr(opt, "optimizer", opt))
+
+    def clip_grad_norm_(
+        self, parameters: _Params, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip the gradients' norm on synchronising steps; return the norm.
+
+        Mid-accumulation the gradients are partial, so nothing is clipped and the partial norm
+        is returned.
+        """
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        grads = [p.grad for p in params if p.grad is not None]
+        if not self.sync_gradients:
+            return torch.nn.utils.get_total_norm(grads, norm_type)
+        self.unscale_gradients()
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: _Params, clip_value: float) -> None:
+        """Clamp every gradient to ``[-clip_value, clip_value]`` on synchronising steps."""
+        if self.sync_gradients:
+            self.unscale_gradients()
+            torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # ---- collectives ---------------------------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        """Concatenate tensors (or nests of them) from every process along dim 0."""
+        return collectives.gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """:meth:`gather`, minus the samples that ``even_batches`` repeated at the epoch's end."""
+        leaves: list[Any] = []
+        collectives.apply(leaves.append, input_data)
+        by_object = use_gather_object or not leaves
+        data = collectives.gather_object(input_data) if by_object else self.gather(input_data)
+        keep = self.gradient_state.remainder
+        if not self.gradient_state.end_of_dataloader or keep < 0:
+            return data
+        if isinstance(data, list) and by_object:
+            return data[:keep]
+        return collectives.apply(lambda t: t[:keep], data)
+
+    def reduce(
+        self, tensor: Any, reduction: Literal["sum", "mean"] = "sum", scale: float = 1.0
+    ) -> Any:
+        """Sum or average tensors across processes."""
+        return collectives.reduce(tensor, reduction, scale)
+
+    def broadcast(self, tensor: Any, from_process: int = 0) -> Any:
+        """Every process gets ``from_process``'s tensors."""
+        return collectives.broadcast(tensor, from_process)
+
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
+    ) -> Any:
+        """Pad tensors along ``dim`` to the longest across processes."""
+        return collectives.pad_across_processes(tensor, dim, pad_index, pad_first)
+
+    def gather_object(self, obj: Any) -> list[Any]:
+        """Gather picklable objects from every process (lists are concatenated)."""
+        return collectives.gather_object(obj)
+
+    def split_between_processes(
+        self, inputs: Any, apply_padding: bool = False
+    ) -> contextlib.AbstractContextManager[Any]:
+        """This process's share of ``inputs`` (a context manager, as in accelerate)."""
+        return collectives.split_between_processes(inputs, apply_padding)
+
+    # ---- processes -----------------------------------------------------------------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process only."""
+        if self.is_main_process:
+            print(*args, **kwargs)
+
+    def wait_for_everyone(self) -> None:
+        """Barrier across all processes."""
+        self.state.barrier()
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """Run the block on the main process first (e.g. a download), then on the others."""
+        if not self.is_main_process:
+            self.wait_for_everyone()
+        yield
+        if self.is_main_process:
+            self.wait_for_everyone()
+
+    def on_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the main process only (``None`` elsewhere)."""
+        return self._only_if(function, lambda: self.is_main_process)
+
+    def on_local_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on each machine's local main process only."""
+        return self._only_if(function, lambda: self.is_local_main_process)
+
+    @staticmethod
+    def _only_if(function: F, condition: Callable[[], bool]) -> F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if condition() else None
+
+        return wrapper  # type: ignore[return-value]
+
+    def end_training(self) -> None:
+        """Wait for every process, then leave the process group this Accelerator created."""
+        self.wait_for_everyone()
+        if self.state.created_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    # ---- models and checkpoints ----------------------------------------------------------
+    def unwrap_model(
+        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
+    ) -> torch.nn.Module:
+        """The user's module, without DDP (and without the autocast forward if asked)."""
+        inner = model.module if isinstance(model, DistributedDataParallel) else model
+        if not keep_fp32_wrapper and "_notebook_accel_forward" in inner.__dict__:
+            inner.forward = inner.__dict__.pop("_notebook_accel_forward")
+        return inner
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        """The model's state dict (of the unwrapped module by default)."""
+        return (self.unwrap_model(model) if unwrap else model).state_dict()
+
+    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike[str]) -> Path:
+        """Write the unwrapped weights to ``save_directory/pytorch_model.bin`` (main process)."""
+        return checkpoint.save_weights(self.get_state_dict(model), save_directory, self.state)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Also save/load these objects (anything with ``state_dict``/``load_state_dict``)."""
+        for i, obj in enumerate(objects):
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                raise ConfigError(
+                    f"register_for_checkpointing() argument {i + 1}",
+                    type(obj).__name__,
+                    "an object with state_dict() and load_state_dict()",
+                )
+            self._objects.custom.append(obj)
+
+    def save_state(self, output_dir: str | os.PathLike[str]) -> Path:
+        """Checkpoint everything prepared, the step counters and every rank's RNG states.
+
+        Written to a temporary folder and renamed into place: a crash keeps the old one.
+        """
+        extra = {
+            "step": self.step,
+            "micro_step": self.gradient_state.micro_step,
+            "precision": self.precision.state_dict(),
+        }
+        return checkpoint.save_state(output_dir, self.state, self._objects, extra)
+
+    def load_state(self, input_dir: str | os.PathLike[str]) -> None:
+        """Restore what :meth:`save_state` wrote; prepare the same objects first.
+
+        Raises:
+            CheckpointError: a file is missing or does not match (it names the file).
+        """
+        extra = checkpoint.load_state(input_dir, self.state, self._objects)
+        self.step = int(extra["step"])
+        self.gradient_state.micro_step = int(extra["micro_step"])
+        self.precision.load_state_dict(extra["precision"])
+
+    def __repr__(self) -> str:
+        return (
+            f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
+            f"mixed_precision={self.mixed_precision!r})"
+        )

@@ -1,0 +1,213 @@
+"""Collectives over nested data: gather, reduce, broadcast, padding, objects, splitting.
+
+Every function takes tensors or any nesting of lists, tuples and dicts of tensors, and is a
+cheap identity (or the obvious single-process answer) when the job has one process, so user
+code runs unchanged in a plain Python process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+
+from .errors import ConfigError
+
+__all__ = [
+    "apply",
+    "gather",
+    "gather_object",
+    "reduce",
+    "broadcast",
+    "broadcast_object_list",
+    "pad_across_processes",
+    "split_between_processes",
+]
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def apply(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
+    """Apply ``fn`` to every tensor in a nest of lists, tuples (named too) and dicts.
+
+    Example:
+        >>> apply(lambda t: t * 2, {"a": [torch.ones(1)]})
+        {'a': [tensor([2.])]}
+    """
+    if isinstance(data, torch.Tensor):
+        return fn(data)
+    if isinstance(data, dict):
+        return type(data)({k: apply(fn, v) for k, v in data.items()})
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(apply(fn, v) for v in data))
+    if isinstance(data, list | tuple):
+        return type(data)(apply(fn, v) for v in data)
+    return data
+
+
+def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.ndim == 0:
+        tensor = tensor[None]
+    tensor = tensor.contiguous()
+    parts = [torch.empty_like(tensor) for _ in range(_world())]
+    dist.all_gather(parts, tensor)
+    return torch.cat(parts, dim=0)
+
+
+def gather(data: Any) -> Any:
+    """Concatenate every process's tensors along dim 0 (scalars become shape ``[world]``).
+
+    All processes must pass tensors of the same shape; see :func:`pad_across_processes`.
+
+    Example:
+        >>> gather(torch.tensor([rank]))  # on 2 processes  # doctest: +SKIP
+        tensor([0, 1])
+    """
+    if _world() == 1:
+        return data
+    return apply(_gather_one, data)
+
+
+def gather_object(obj: Any) -> list[Any]:
+    """Gather picklable objects from every process, in rank order.
+
+    A list (or tuple) from each process is concatenated, as accelerate does; anything else
+    becomes one element per process.
+
+    Example:
+        >>> gather_object([f"rank {rank}"])  # doctest: +SKIP
+        ['rank 0', 'rank 1']
+    """
+    if _world() == 1:
+        return list(obj) if isinstance(obj, list | tuple) else [obj]
+    out: list[Any] = [None] * _world()
+    dist.all_gather_object(out, obj)
+    if all(isinstance(o, list | tuple) for o in out):
+        return [item for part in out for item in part]
+    return out
+
+
+def reduce(data: Any, reduction: Literal["sum", "mean"] = "sum", scale: float = 1.0) -> Any:
+    """Sum (or average) tensors across processes; inputs are left untouched.
+
+    Example:
+        >>> reduce(torch.tensor(1.0), "sum")  # on 2 processes  # doctest: +SKIP
+        tensor(2.)
+    """
+    if reduction not in ("sum", "mean"):
+        raise ConfigError("reduction", reduction, "'sum' or 'mean'")
+    world = _world()
+
+    def one(tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.clone()
+        if world > 1:
+            dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        if reduction == "mean":
+            out = out / world
+        return out * scale if scale != 1.0 else out
+
+    return apply(one, data)
+
+
+def broadcast(data: Any, from_process: int = 0) -> Any:
+    """Every process receives ``from_process``'s tensors (same shapes needed everywhere)."""
+    if _world() == 1:
+        return data
+
+    def one(tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.clone().contiguous()
+        dist.broadcast(out, src=from_process)
+        return out
+
+    return apply(one, data)
+
+
+def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
+    """Replace ``objects``' items in place by ``from_process``'s, and return the list."""
+    if _world() > 1:
+        dist.broadcast_object_list(objects, src=from_process)
+    return objects
+
+
+def pad_across_processes(
+    data: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
+) -> Any:
+    """Pad tensors along ``dim`` to the largest size any process has, so they can be gathered.
+
+    Example:
+        >>> pad_across_processes(torch.ones(rank + 1))  # on 2 processes  # doctest: +SKIP
+        tensor([1., 0.])  # rank 0
+    """
+    if _world() == 1:
+        return data
+
+    def one(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.ndim == 0 or dim >= tensor.ndim or dim < -tensor.ndim:
+            return tensor
+        axis = dim % tensor.ndim
+        size = torch.tensor([tensor.shape[axis]], device=tensor.device)
+        longest = int(_gather_one(size).max())
+        if longest == tensor.shape[axis]:
+            return tensor
+        shape = list(tensor.shape)
+        shape[axis] = longest
+        out = tensor.new_full(shape, pad_index)
+        start = longest - tensor.shape[axis] if pad_first else 0
+        out.narrow(axis, start, tensor.shape[axis]).copy_(tensor)
+        return out
+
+    return apply(one, data)
+
+
+def _slice(data: Any, start: int, stop: int) -> Any:
+    if isinstance(data, dict):
+        return {k: _slice(v, start, stop) for k, v in data.items()}
+    return data[start:stop]
+
+
+def _pad_tail(part: Any, length: int, wanted: int) -> Any:
+    if length == 0 or length >= wanted:
+        return part
+    if isinstance(part, dict):
+        return {k: _pad_tail(v, length, wanted) for k, v in part.items()}
+    if isinstance(part, torch.Tensor):
+        return torch.cat([part, part[-1:].expand(wanted - length, *part.shape[1:])])
+    return type(part)(list(part) + [part[-1]] * (wanted - length))
+
+
+@contextlib.contextmanager
+def split_between_processes(inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+    """Yield this process's contiguous share of a list, tuple, tensor or dict of them.
+
+    Shares differ by at most one item; ``apply_padding=True`` repeats the last item so every
+    share has the same length (then :func:`gather` works, and you drop the padding yourself).
+
+    Example:
+        >>> with split_between_processes(["a", "b", "c"]) as mine:  # doctest: +SKIP
+        ...     print(mine)  # ['a', 'b'] on rank 0, ['c'] on rank 1
+    """
+    world, rank = _world(), _rank()
+    if isinstance(inputs, dict):
+        lengths = {len(v) for v in inputs.values()}
+        if len(lengths) > 1:
+            raise ConfigError("inputs", {k: len(v) for k, v in inputs.items()}, "equal lengths")
+        total = lengths.pop() if lengths else 0
+    else:
+        total = len(inputs)
+    per, extra = divmod(total, world)
+    start = rank * per + min(rank, extra)
+    stop = start + per + (1 if rank < extra else 0)
+    part = _slice(inputs, start, stop)
+    if apply_padding:
+        part = _pad_tail(part, stop - start, math.ceil(total / world))
+    yield part

@@ -126,3 +126,17 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return f'\n"""\n{self.traceback_text.rstrip()}\n"""'
+
+
+class CheckpointError(NotebookAccelError, RuntimeError):
+    """A checkpoint is missing, incomplete, or does not match what was prepared.
+
+    Attributes:
+        path: the file (or folder) at fault.
+        detail: what is missing or what differs.
+    """
+
+    def __init__(self, path: object, detail: str) -> None:
+        self.path = str(path)
+        self.detail = detail
+        super().__init__(f"checkpoint {self.path}: {detail}")

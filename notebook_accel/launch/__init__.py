@@ -211,7 +211,7 @@ def notebook_launcher(
 
 def debug_launcher(
     function: Callable[..., Any], args: tuple[Any, ...] = (), num_processes: int = 2,
-    **options: Any,
+    *, kwargs: dict[str, Any] | None = None, **options: Any,
 ) -> list[Any]:
     """``notebook_launcher`` on CPU processes only, ignoring the config file: for tests.
 
@@ -220,7 +220,7 @@ def debug_launcher(
         [1, 1]
     """
     config = LaunchConfig(num_processes=num_processes, hardware="cpu", **options)
-    return launch(function, args, options.pop("kwargs", None), config)
+    return launch(function, args, kwargs, config)
 
 
 

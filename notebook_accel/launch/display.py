@@ -10,11 +10,11 @@ starts: in Jupyter that is the running cell, in a terminal the terminal.
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from .channel import Progress
 
-__all__ = ["Display"]
+__all__ = ["Display", "Bar", "TqdmBar"]
 
 _MAX_LINE = 1 << 16  # a line longer than this is written in pieces
 
@@ -24,16 +24,18 @@ class Display:
 
     Args:
         output: ``"all"`` ranks' lines, only the ``"main"`` (rank 0) process's, or ``"none"``.
-        bars: which ranks' progress bars to draw: ``"main"`` or ``"all"``.
+        bars: which ranks' progress bars to draw: ``"all"`` that the workers send (rank 0's,
+            and every rank's for ``tqdm(..., all_ranks=True)``), ``"main"`` (rank 0's only)
+            or ``"none"``.
     """
 
-    def __init__(self, output: str = "all", bars: str = "main") -> None:
+    def __init__(self, output: str = "all", bars: str = "all") -> None:
         self.output = output
         self.bars_mode = bars
         self.stdout: TextIO = sys.stdout
         self.stderr: TextIO = sys.stderr
         self._pending: dict[tuple[int, str], bytes] = {}
-        self._bars: dict[tuple[int, int], Any] = {}
+        self._bars: dict[tuple[int, int], Bar] = {}
 
     # -- lines ------------------------------------------------------------------------------
     def banner(self, text: str) -> None:
@@ -74,28 +76,76 @@ class Display:
             (self.stdout if stream == "stdout" else self.stderr).flush()
 
     # -- progress bars ----------------------------------------------------------------------
+    # Workers send Progress messages (throttled to ~10/s by notebook_accel.progress); the bars
+    # are drawn here, in the parent, where tqdm.auto can make them notebook widgets.
     def progress(self, rank: int, message: Progress) -> None:
-        if self.bars_mode == "main" and rank != 0:
+        """Draw (create, advance, close) the bar a worker's ``Progress`` message describes."""
+        options = dict(message.options)
+        if self.bars_mode == "none" or (self.bars_mode == "main" and rank != 0):
             return
         key = (rank, message.bar)
         bar = self._bars.get(key)
         if bar is None:
-            if message.closed:
+            if message.closed and message.n == 0:
                 return
-            from tqdm.auto import tqdm
-
-            desc = message.desc if self.bars_mode == "main" else f"[rank {rank}] {message.desc}"
-            bar = tqdm(total=message.total, desc=desc, unit=message.unit, file=self.stderr,
-                       dynamic_ncols=True, **dict(message.options))
+            label = message.desc
+            if rank != 0 or options.get("all_ranks"):
+                label = f"[rank {rank}] {label}"
+            bar = self.open_bar(rank, label, message, options)
             self._bars[key] = bar
-        if message.total != bar.total:
-            bar.total = message.total
-        bar.update(message.n - bar.n)
+        bar.show(message, options.get("postfix", ""))
         if message.closed:
             bar.close()
             del self._bars[key]
 
+    def open_bar(self, rank: int, label: str, message: Progress, options: dict[str, Any]) -> Bar:
+        """A new bar for one worker's bar; a panel overrides this to draw its own."""
+        return TqdmBar(label, message, options, self.stderr)
+
     def close(self) -> None:
+        """End of the launch: close every bar still open (a worker stopped mid-loop)."""
         for bar in self._bars.values():
             bar.close()
         self._bars.clear()
+
+
+class Bar(Protocol):
+    """What the display needs from a drawn bar."""
+
+    def show(self, message: Progress, postfix: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class TqdmBar:
+    """A ``tqdm.auto`` bar in the parent: a notebook widget in Jupyter, text in a terminal."""
+
+    _CONSTRUCTOR = ("leave", "unit_scale", "unit_divisor", "bar_format", "colour", "ascii")
+
+    def __init__(self, label: str, message: Progress, options: dict[str, Any],
+                 file: TextIO) -> None:
+        from tqdm.auto import tqdm
+
+        extra = {k: options[k] for k in self._CONSTRUCTOR if k in options}
+        self.label = message.desc
+        self._prefix = label[: len(label) - len(message.desc)] if message.desc else label
+        self.bar = tqdm(total=message.total, desc=label, unit=message.unit, file=file,
+                        dynamic_ncols=True, **extra)
+
+    def show(self, message: Progress, postfix: str) -> None:
+        bar = self.bar
+        if message.total != bar.total:
+            bar.total = message.total
+        if message.desc != self.label:
+            self.label = message.desc
+            bar.set_description_str(self._prefix + message.desc, refresh=False)
+        if postfix != (bar.postfix or ""):
+            bar.set_postfix_str(postfix, refresh=False)
+        if message.n < bar.n:
+            bar.reset(total=message.total)  # the worker called reset()
+        bar.update(message.n - bar.n)
+        if message.closed:
+            bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()

@@ -131,6 +131,7 @@ class _Rank:
     result: bytes | None = None
     failure: Failure | None = None
     exited: bool = False
+    died_at: float | None = None  # when the parent saw it end without a message
     open_streams: set[str] = field(default_factory=lambda: {"stdout", "stderr"})
 
 
@@ -161,6 +162,7 @@ class Engine:
         self.port = port
         self.ctx = context(start_method)
         self.ranks: list[_Rank] = []
+        self._stopping_since: float | None = None
         self.selector = selectors.DefaultSelector()
 
     # -- starting ---------------------------------------------------------------------------
@@ -211,6 +213,8 @@ class Engine:
             self._unregister(rank.process.sentinel)
             rank.exited = True
             self._read_messages(rank)  # whatever it sent before dying
+            if rank.result is None and rank.failure is None:
+                rank.died_at = time.time()
 
     def _read_messages(self, rank: _Rank) -> None:
         conn = rank.messages
@@ -243,15 +247,27 @@ class Engine:
             self._handle(rank, what)
 
     def _first_problem(self) -> BaseException | None:
-        failures = [r for r in self.ranks if r.failure is not None]
-        if failures:
-            first = min(failures, key=lambda r: r.failure.time)  # type: ignore[union-attr]
-            return _rebuild(first.rank, first.failure, self.layout.world_size)  # type: ignore[arg-type]
+        """The root cause among the failures and deaths seen so far.
+
+        A rank whose peer died often fails a moment later inside a collective ("Connection
+        closed by peer"); such a failure is collateral and yields to the death or failure
+        that caused it. Ranks that ended after the launcher began stopping them do not count.
+        """
+        candidates: list[tuple[bool, float, _Rank]] = []
         for rank in self.ranks:
-            if rank.exited and rank.result is None:
-                code = rank.process.exitcode
-                return WorkerDiedError(rank.rank, code if code is not None else -9)
-        return None
+            if rank.failure is not None:
+                candidates.append((_collateral(rank.failure), rank.failure.time, rank))
+            elif rank.died_at is not None and (
+                self._stopping_since is None or rank.died_at < self._stopping_since
+            ):
+                candidates.append((False, rank.died_at, rank))
+        if not candidates:
+            return None
+        _, _, first = min(candidates, key=lambda c: (c[0], c[1]))
+        if first.failure is not None:
+            return _rebuild(first.rank, first.failure, self.layout.world_size)
+        code = first.process.exitcode
+        return WorkerDiedError(first.rank, code if code is not None else -signal.SIGKILL)
 
     def supervise(self, timeout: float | None) -> list[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -286,6 +302,8 @@ class Engine:
     # -- stopping ---------------------------------------------------------------------------
     def stop(self, grace: float) -> None:
         """SIGTERM every worker's process group, SIGKILL what is left after ``grace``."""
+        if self._stopping_since is None:
+            self._stopping_since = time.time()
         alive = [r for r in self.ranks if r.process.exitcode is None]
         for rank in alive:
             _signal_group(rank.process, signal.SIGTERM)
@@ -333,6 +351,19 @@ def _read(conn: Connection) -> bytes:
         return os.read(conn.fileno(), 1 << 16)
     except OSError:
         return b""
+
+
+_COLLATERAL_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                     "gloo", "NCCL", "ProcessGroup")
+
+
+def _collateral(failure: Failure) -> bool:
+    """A communication error, typically the consequence of another rank's failure."""
+    if failure.type_name.rsplit(".", 1)[-1] in ("DistBackendError", "DistNetworkError"):
+        return True
+    return failure.type_name.endswith("RuntimeError") and any(
+        word in failure.message for word in _COLLATERAL_WORDS
+    )
 
 
 def _rebuild(rank: int, failure: Failure, world_size: int) -> BaseException:

@@ -1,0 +1,199 @@
+"""Keep the launchers of several machines in step: one group, restarted as one.
+
+Each machine runs the same ``notebook_launcher`` call. Machine 0's launcher hosts the job's
+TCPStore for the launch's whole life (like torchrun's agent); every other launcher joins it
+as a client. The workers use the same store through ``TORCHELASTIC_USE_AGENT_STORE``, under a
+fresh ``/worker/attempt_N`` prefix per attempt, so a restart is a new rendezvous round.
+
+    machine k launcher                     store on machine 0 (keys under notebook_accel/)
+    ------------------                     ------------------------------------------------
+    local attempt N failed, may restart -> set  restart/N        (every machine polls it)
+    a peer set restart/N                <- check, stop local workers, start attempt N+1
+    gave up (no restarts left, timeout,
+      interrupted, error)               -> set  failed           (every machine stops)
+    local attempt N succeeded           -> add  done/N; wait until every machine added, so
+                                           machine 0 keeps the store up while others finish;
+                                           the others add left/N before machine 0 closes it
+
+On a single machine the group is a no-op.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from .. import env
+from ..config import LaunchConfig
+from ..errors import ConfigError, LaunchError
+from . import network
+
+__all__ = ["Group", "PeerRestart", "PeerFailed", "network_env", "rendezvous_timeout", "joined"]
+
+_KEY = "notebook_accel/"
+_CHECK_EVERY = 0.5  # seconds between looks at the store while workers run
+_LEAVE_WAIT = 10.0  # seconds machine 0 waits for the others to read "all done"
+_DEFAULT_RENDEZVOUS = 300.0  # seconds a machine waits for machine 0's store
+
+
+class PeerRestart(LaunchError):
+    """Another machine's attempt failed: this machine restarts its workers too."""
+
+
+class PeerFailed(LaunchError):
+    """Another machine gave up: this machine stops too (never restarted)."""
+
+
+def rendezvous_timeout(config: LaunchConfig) -> float:
+    """Seconds to wait for machine 0: the launch's ``timeout`` when shorter than 300 s."""
+    return min(_DEFAULT_RENDEZVOUS, config.timeout or _DEFAULT_RENDEZVOUS)
+
+
+def network_env(config: LaunchConfig) -> list[tuple[str, str]]:
+    """GLOO_SOCKET_IFNAME for several machines: the interface that reaches ``master_addr``.
+
+    Without it gloo binds to what the host name resolves to (often 127.0.1.1 from
+    /etc/hosts), and ranks on other machines cannot connect. A value the user set wins.
+    """
+    if config.num_nodes == 1 or env.get("GLOO_SOCKET_IFNAME"):
+        return []
+    name = network.interface_for(config.master_addr)
+    return [("GLOO_SOCKET_IFNAME", name)] if name else []
+
+
+class Group:
+    """This machine's view of the group of launchers, over the launch's TCPStore.
+
+    Args:
+        config: the launch's configuration (num_nodes, node_rank, max_restarts).
+        store: a TCPStore connected to machine 0's store, or ``None`` on a single machine.
+
+    Example:
+        >>> group = Group(LaunchConfig(), None)  # one machine: every method is a no-op
+        >>> group.restarting(0, RuntimeError("boom"))
+        False
+    """
+
+    def __init__(self, config: LaunchConfig, store: Any | None) -> None:
+        self.config = config
+        self.store = store
+        self._settled = False  # this machine published done or failed
+
+    # -- while an attempt runs --------------------------------------------------------------
+    def watch(self, attempt: int) -> Callable[[], None] | None:
+        """A check the engine calls while it waits; it raises when a peer restarts or fails."""
+        if self.store is None:
+            return None
+        next_look = 0.0
+
+        def check() -> None:
+            nonlocal next_look
+            now = time.monotonic()
+            if now >= next_look:
+                next_look = now + _CHECK_EVERY
+                self._raise_if_peers_moved(attempt)
+
+        return check
+
+    def _raise_if_peers_moved(self, attempt: int) -> None:
+        failed, restart = _KEY + "failed", f"{_KEY}restart/{attempt}"
+        try:
+            if self.store.check([failed]):
+                raise PeerFailed(f"another machine gave up: {self._text(failed)}")
+            if self.store.check([restart]):
+                raise PeerRestart(f"another machine restarts: {self._text(restart)}")
+        except LaunchError:
+            raise
+        except Exception as exc:  # the store's connection: machine 0's launcher is gone
+            raise LaunchError(
+                f"lost contact with machine 0 at {self.config.master_addr}:"
+                f"{self.config.master_port} ({exc}); its launcher stopped or the network failed."
+            ) from exc
+
+    def _text(self, key: str) -> str:
+        return bytes(self.store.get(key)).decode("utf-8", errors="replace")
+
+    def _publish(self, key: str, exc: BaseException) -> None:
+        if self.store is None:
+            return
+        text = f"machine {self.config.node_rank}: {type(exc).__name__}: {exc}".splitlines()[0]
+        with suppress(Exception):  # best effort: the store may be gone already
+            self.store.set(key, text[:500])
+
+    # -- after an attempt -------------------------------------------------------------------
+    def restarting(self, attempt: int, exc: BaseException) -> bool:
+        """Whether to start attempt ``attempt + 1`` after ``exc``; tells the other machines."""
+        final = isinstance(exc, ConfigError | PeerFailed) or attempt >= self.config.max_restarts
+        if final:
+            self.fail(exc)
+            return False
+        self._publish(f"{_KEY}restart/{attempt}", exc)
+        return True
+
+    def fail(self, exc: BaseException) -> None:
+        """Tell the other machines that this one gave up."""
+        if not self._settled and not isinstance(exc, PeerFailed):
+            self._publish(_KEY + "failed", exc)
+        self._settled = True
+
+    def done(self, attempt: int) -> None:
+        """Wait until every machine's attempt ``attempt`` succeeded (an exit barrier)."""
+        if self.store is None:
+            return
+        nodes = self.config.num_nodes
+        try:
+            self.store.add(f"{_KEY}done/{attempt}", 1)
+        except Exception as exc:
+            raise LaunchError(f"lost contact with machine 0 while finishing ({exc})") from exc
+        while int(self.store.add(f"{_KEY}done/{attempt}", 0)) < nodes:
+            self._raise_if_peers_moved(attempt)
+            time.sleep(0.1)
+        self._settled = True
+        if self.config.node_rank != 0:
+            with suppress(Exception):
+                self.store.add(f"{_KEY}left/{attempt}", 1)
+            return
+        end = time.monotonic() + _LEAVE_WAIT
+        while time.monotonic() < end:
+            if int(self.store.add(f"{_KEY}left/{attempt}", 0)) >= nodes - 1:
+                break
+            time.sleep(0.05)
+
+
+@contextmanager
+def joined(config: LaunchConfig, store: Any | None, port: int) -> Iterator[Group]:
+    """The group for one launch; machine 0 passes its own store, the others connect to it.
+
+    Leaving with an exception (KeyboardInterrupt included) tells the other machines to stop.
+    """
+    if config.num_nodes == 1:
+        yield Group(config, None)
+        return
+    if store is None:
+        store = _connect(config, port)
+    group = Group(config, store)
+    try:
+        yield group
+    except BaseException as exc:
+        group.fail(exc)
+        raise
+
+
+def _connect(config: LaunchConfig, port: int) -> Any:
+    import torch.distributed as dist
+
+    timeout = rendezvous_timeout(config)
+    network.wait_reachable(config.master_addr, port, timeout, option="master_addr")
+    try:
+        return dist.TCPStore(
+            config.master_addr, port, None, False, datetime.timedelta(seconds=timeout),
+            use_libuv=True,
+        )
+    except Exception as exc:
+        raise LaunchError(
+            f"master_addr={config.master_addr!r}: could not join the store at "
+            f"{config.master_addr}:{port} ({exc})."
+        ) from exc

@@ -1,0 +1,51 @@
+"""Helpers for the launcher tests: what processes, fds and ports this process holds."""
+
+from __future__ import annotations
+
+import os
+from multiprocessing import forkserver
+
+import psutil
+
+
+def worker_processes() -> list[psutil.Process]:
+    """Every process started by the forkserver (our workers and their children)."""
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return []
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _socket_inodes() -> set[str]:
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def listening_ports() -> set[int]:
+    """TCP ports this process is listening on (IPv4 and IPv6)."""
+    mine = _socket_inodes()
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in mine:  # 0A: LISTEN
+                ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports

@@ -88,19 +88,17 @@ class Display:
         if bar is None:
             if message.closed and message.n == 0:
                 return
-            label = message.desc
-            if rank != 0 or options.get("all_ranks"):
-                label = f"[rank {rank}] {label}"
-            bar = self.open_bar(rank, label, message, options)
+            prefix = f"[rank {rank}] " if rank != 0 or options.get("all_ranks") else ""
+            bar = self.open_bar(rank, prefix, message, options)
             self._bars[key] = bar
         bar.show(message, options.get("postfix", ""))
         if message.closed:
             bar.close()
             del self._bars[key]
 
-    def open_bar(self, rank: int, label: str, message: Progress, options: dict[str, Any]) -> Bar:
+    def open_bar(self, rank: int, prefix: str, message: Progress, options: dict[str, Any]) -> Bar:
         """A new bar for one worker's bar; a panel overrides this to draw its own."""
-        return TqdmBar(label, message, options, self.stderr)
+        return TqdmBar(prefix, message, options, self.stderr)
 
     def close(self) -> None:
         """End of the launch: close every bar still open (a worker stopped mid-loop)."""
@@ -122,15 +120,15 @@ class TqdmBar:
 
     _CONSTRUCTOR = ("leave", "unit_scale", "unit_divisor", "bar_format", "colour", "ascii")
 
-    def __init__(self, label: str, message: Progress, options: dict[str, Any],
+    def __init__(self, prefix: str, message: Progress, options: dict[str, Any],
                  file: TextIO) -> None:
         from tqdm.auto import tqdm
 
         extra = {k: options[k] for k in self._CONSTRUCTOR if k in options}
         self.label = message.desc
-        self._prefix = label[: len(label) - len(message.desc)] if message.desc else label
-        self.bar = tqdm(total=message.total, desc=label, unit=message.unit, file=file,
-                        dynamic_ncols=True, **extra)
+        self._prefix = prefix
+        self.bar = tqdm(total=message.total, desc=prefix + message.desc, unit=message.unit,
+                        file=file, dynamic_ncols=True, initial=message.n, **extra)
 
     def show(self, message: Progress, postfix: str) -> None:
         bar = self.bar

@@ -1,0 +1,403 @@
+"""LaunchPanel: pick hardware, processes and precision in the notebook, launch, watch, stop.
+
+    controls (hardware, processes, precision,    --> LaunchConfig (validated) --> config file
+              accumulation steps, seed)
+    Launch  --> background thread: launch(function, args, config, display=_PanelDisplay,
+                                          stop=event)
+                  banner / lines / progress  -->  rank rows, log, bars in the panel
+                  results or exception       -->  panel.results / panel.error, shown plainly
+    Stop    --> event.set(): the launcher stops every worker as for a KeyboardInterrupt
+
+The panel holds no launch logic: validation is LaunchConfig's and hardware.resolve's, the
+launch is ``notebook_accel.launch.launch``. The launch runs in a thread so that the kernel keeps
+serving widget messages (the Stop button) while the workers run.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+import traceback
+import warnings
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as w
+
+from . import hardware
+from .config import LaunchConfig, load_file, save_file
+from .errors import ConfigError, NotebookAccelError
+from .launch.channel import Progress
+from .launch.display import Bar, Display
+
+__all__ = ["LaunchPanel"]
+
+_LOG_LINES = 400  # the panel keeps the last lines of output; the rest scrolls away
+
+
+class LaunchPanel(w.VBox):
+    """A launch form for ``function``, shown as a cell's output.
+
+    Its controls (``hardware``, ``processes``, ``precision``, ``accumulation``, ``seed``)
+    offer only what this machine has; ``launch_button`` runs
+    ``notebook_launcher``'s launch with them, ``stop_button`` stops every worker. The choices
+    are saved to the config file that ``notebook_launcher`` reads for its defaults.
+
+    Args:
+        function: the function to run in every worker.
+        args: its positional arguments.
+        kwargs: its keyword arguments.
+        machine: the hardware to offer (default: this machine, detected).
+
+    Example:
+        >>> panel = LaunchPanel(train, args=(3e-4,))  # doctest: +SKIP
+        >>> panel  # the form in the cell                # doctest: +SKIP
+        >>> panel.processes.value = 2; panel.launch_button.click()  # doctest: +SKIP
+        >>> panel.wait(); panel.results                   # doctest: +SKIP
+        [0.91, 0.91]
+    """
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        machine: hardware.Machine | None = None,
+    ) -> None:
+        self.function = function
+        self.args = args
+        self.kwargs = kwargs
+        self.machine = machine or hardware.detect()
+        self.results: list[Any] | None = None
+        self.error: BaseException | None = None
+        self._kinds = {k.name: k for k in hardware.kinds(self.machine)}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        saved, problem = _saved_choices()
+        self._build_controls()
+        self._apply(saved)
+        self.status = w.HTML()
+        self.ranks = w.VBox()
+        self.bars = w.VBox()
+        self.output_area = w.HTML()
+        self.outcome = w.HTML()
+        self.launch_button.on_click(lambda _: self.launch())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.hardware.observe(lambda _: self._hardware_changed(), names="value")
+        form = w.VBox(
+            [
+                self.hardware,
+                self.processes,
+                self.precision,
+                self.accumulation,
+                self.seed,
+                w.HBox([self.launch_button, self.stop_button]),
+            ]
+        )
+        super().__init__([form, self.status, self.ranks, self.bars, self.output_area, self.outcome])
+        self.add_class("notebook-accel-panel")
+        self._say(problem or "Ready.", warn=bool(problem))
+
+    # -- controls ---------------------------------------------------------------------------
+    def _build_controls(self) -> None:
+        style = {"description_width": "150px"}
+        self.hardware = w.Dropdown(
+            description="Hardware",
+            style=style,
+            options=[(k.describe(self.machine), k.name) for k in self._kinds.values()],
+        )
+        self.processes = w.BoundedIntText(description="Processes", min=1, value=1, style=style)
+        self.precision = w.Dropdown(description="Mixed precision", style=style)
+        self.accumulation = w.BoundedIntText(
+            description="Accumulation steps", min=1, max=1 << 16, value=1, style=style
+        )
+        self.seed = w.Text(description="Seed", placeholder="none", style=style)
+        self.launch_button = w.Button(description="Launch", button_style="success", icon="play")
+        self.stop_button = w.Button(
+            description="Stop", button_style="danger", icon="stop", disabled=True
+        )
+        self._hardware_changed()
+
+    def _hardware_changed(self) -> None:
+        """Bound the processes and offer the precisions of the chosen hardware."""
+        kind = self._kinds[self.hardware.value]
+        bound = kind.count(self.machine) or self.machine.cpu_cores
+        self.processes.max = bound
+        self.processes.value = min(kind.default_processes(self.machine), bound)
+        precisions = kind.precisions(self.machine)
+        current = self.precision.value
+        self.precision.options = list(precisions)
+        self.precision.value = current if current in precisions else "no"
+
+    def _apply(self, saved: dict[str, Any]) -> None:
+        """Start from the saved choices, where this machine can honour them."""
+        if saved.get("hardware") in self._kinds:
+            self.hardware.value = saved["hardware"]
+        if isinstance(saved.get("num_processes"), int):
+            self.processes.value = min(saved["num_processes"], self.processes.max)
+        if saved.get("mixed_precision") in self.precision.options:
+            self.precision.value = saved["mixed_precision"]
+        self.accumulation.value = saved.get("gradient_accumulation_steps", 1)
+        seed = saved.get("seed")
+        self.seed.value = "" if seed is None else str(seed)
+
+    @property
+    def launch_config(self) -> LaunchConfig:
+        """The launch configuration the controls describe (raises ConfigError if invalid)."""
+        text = self.seed.value.strip()
+        try:
+            seed = None if text in ("", "none", "None") else int(text)
+        except ValueError:
+            raise ConfigError("seed", text, "an int >= 0, or empty for none") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a broken file was reported when the panel opened
+            base = LaunchConfig.from_defaults()
+        return base.replace(
+            hardware=self.hardware.value,
+            num_processes=self.processes.value,
+            mixed_precision=self.precision.value,
+            gradient_accumulation_steps=self.accumulation.value,
+            seed=seed,
+        )
+
+    # -- launching --------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """Whether a launch is in progress."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def launch(self) -> None:
+        """What the Launch button does: validate, save the choices, start in the background."""
+        if self.running:
+            return
+        try:
+            config = self.launch_config
+            hardware.resolve(config, self.machine)  # bad choices are reported before starting
+        except ConfigError as exc:
+            self._say(str(exc), warn=True)
+            return
+        note = ""
+        try:
+            save_file(config)
+        except OSError as exc:
+            note = f" (the choices could not be saved: {exc})"
+        self.results, self.error = None, None
+        self._stop.clear()
+        self.outcome.value = ""
+        self.bars.children = ()
+        display = _PanelDisplay(self, config.num_processes or 1)
+        self._set_running(True)
+        self._say("Starting..." + note)
+        self._thread = threading.Thread(
+            target=self._run, args=(config, display), name="notebook-accel-panel", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, config: LaunchConfig, display: _PanelDisplay) -> None:
+        from .launch import launch
+
+        started = time.monotonic()
+        try:
+            self.results = launch(
+                self.function, self.args, self.kwargs, config, display=display, stop=self._stop
+            )
+        except BaseException as exc:  # noqa: BLE001  (shown in the panel: the thread's end)
+            self.error = exc
+        finally:
+            display.finish(self.results is not None, self.error)
+            self._show_outcome(time.monotonic() - started)
+            self._set_running(False)
+
+    def stop(self) -> None:
+        """What the Stop button does: stop every worker, as an interrupt would."""
+        if self.running:
+            self._stop.set()
+            self._say("Stopping...")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the launch ends; ``True`` if it ended (for code driving the panel)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
+    # -- showing ----------------------------------------------------------------------------
+    def _set_running(self, running: bool) -> None:
+        for control in (
+            self.hardware,
+            self.processes,
+            self.precision,
+            self.accumulation,
+            self.seed,
+            self.launch_button,
+        ):
+            control.disabled = running
+        self.stop_button.disabled = not running
+
+    def _say(self, text: str, warn: bool = False) -> None:
+        color = "#b00020" if warn else "inherit"
+        self.status.value = f'<span style="color:{color}">{html.escape(text)}</span>'
+
+    def _show_outcome(self, seconds: float) -> None:
+        if self.error is None:
+            self._say(f"Finished in {seconds:.1f} s.")
+            self.outcome.value = (
+                '<div class="notebook-accel-results"><b>Results</b> (one per rank): '
+                f"<code>{html.escape(repr(self.results))}</code></div>"
+            )
+            return
+        exc = self.error
+        if isinstance(exc, KeyboardInterrupt):
+            self._say("Stopped: every worker was ended.", warn=True)
+            return
+        self._say(f"Failed after {seconds:.1f} s.", warn=True)
+        remote = exc.__cause__
+        detail = str(remote) if remote is not None else "".join(traceback.format_exception(exc))
+        self.outcome.value = (
+            '<div class="notebook-accel-error"><b>Error</b>: '
+            f"<code>{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</code>"
+            f"<details><summary>traceback</summary><pre>{html.escape(detail)}</pre></details>"
+            "</div>"
+        )
+
+
+class _PanelDisplay(Display):
+    """The launcher's display, drawn into the panel instead of the cell."""
+
+    def __init__(self, panel: LaunchPanel, num_processes: int) -> None:
+        super().__init__(output="all")
+        self.panel = panel
+        self.lines: deque[str] = deque(maxlen=_LOG_LINES)
+        self.state = {rank: "starting" for rank in range(num_processes)}
+        self.last = dict.fromkeys(range(num_processes), "")
+        self.ended: dict[int, set[str]] = {rank: set() for rank in range(num_processes)}
+        self.stdout = self.stderr = _Sink(self)  # type: ignore[assignment]
+        self._rows = [w.HTML() for _ in range(num_processes)]
+        panel.ranks.children = tuple(self._rows)
+        self.panel.output_area.value = ""
+        self.draw_ranks()
+
+    def banner(self, text: str) -> None:
+        self.panel._say(text)
+        for rank, state in self.state.items():
+            if state == "starting":
+                self.state[rank] = "running"
+        self.draw_ranks()
+
+    def end(self, rank: int, stream: str) -> None:
+        super().end(rank, stream)
+        self.ended.setdefault(rank, set()).add(stream)
+        if self.ended[rank] >= {"stdout", "stderr"} and self.state.get(rank) == "running":
+            self.state[rank] = "exited"
+            self.draw_ranks()
+
+    def open_bar(self, rank: int, prefix: str, message: Progress, options: dict[str, Any]) -> Bar:
+        bar = _WidgetBar(prefix, message)
+        self.panel.bars.children = (*self.panel.bars.children, bar.box)
+        return bar
+
+    def finish(self, ok: bool, error: BaseException | None) -> None:
+        """The launch ended: every rank finished, or which one failed and who was stopped."""
+        failed = getattr(error, "rank", None)
+        for rank in self.state:
+            if ok:
+                self.state[rank] = "finished"
+            elif rank == failed:
+                self.state[rank] = "failed"
+            else:
+                self.state[rank] = (
+                    "stopped"
+                    if isinstance(error, KeyboardInterrupt) or (failed is not None)
+                    else "failed"
+                )
+        self.draw_ranks()
+
+    def add_lines(self, text: str) -> None:
+        for line in text.splitlines():
+            self.lines.append(line)
+            if line.startswith("[rank "):
+                head, _, rest = line.partition("] ")
+                rank = int(head[6:]) if head[6:].isdigit() else -1
+                if rank in self.last:
+                    self.last[rank] = rest
+
+    def flush(self) -> None:
+        self.panel.output_area.value = (
+            '<pre class="notebook-accel-log" style="max-height:16em;overflow:auto">'
+            + html.escape("\n".join(self.lines))
+            + "</pre>"
+        )
+        self.draw_ranks()
+
+    def draw_ranks(self) -> None:
+        colors = {"failed": "#b00020", "finished": "#1b7f3b", "stopped": "#a05a00"}
+        for rank, row in enumerate(self._rows):
+            state = self.state[rank]
+            row.value = (
+                f'<span class="notebook-accel-rank">rank {rank}: '
+                f'<b style="color:{colors.get(state, "inherit")}">{state}</b>'
+                f" <code>{html.escape(self.last[rank][-120:])}</code></span>"
+            )
+
+
+class _Sink:
+    """A text stream for the display's lines; the panel shows them in its log."""
+
+    def __init__(self, display: _PanelDisplay) -> None:
+        self.display = display
+
+    def write(self, text: str) -> int:
+        self.display.add_lines(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.display.flush()
+
+
+class _WidgetBar:
+    """A worker's progress bar as widgets: a progress bar and tqdm's text next to it."""
+
+    def __init__(self, prefix: str, message: Progress) -> None:
+        self.prefix = prefix
+        self.started = time.monotonic()
+        self.progress = w.FloatProgress(min=0.0, max=1.0, value=0.0)
+        self.text = w.HTML()
+        self.box = w.HBox([self.progress, self.text])
+
+    def show(self, message: Progress, postfix: str) -> None:
+        from tqdm import tqdm
+
+        total = message.total
+        self.progress.value = min(1.0, message.n / total) if total else 0.0
+        self.text.value = html.escape(
+            tqdm.format_meter(
+                message.n,
+                total,
+                time.monotonic() - self.started,
+                prefix=self.prefix + message.desc,
+                unit=message.unit,
+                postfix=postfix or None,
+                ncols=0,
+            )
+        )
+        if message.closed:
+            self.progress.bar_style = "success"
+
+    def close(self) -> None:
+        """Nothing to release: the bar stays in the panel, showing its last state."""
+
+
+def _saved_choices() -> tuple[dict[str, Any], str]:
+    """The config file's values, and a plain message if it could not be used."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            values = load_file()
+        except (OSError, ValueError, NotebookAccelError) as exc:
+            return {}, f"The config file could not be read ({exc}); using the defaults."
+    problem = " ".join(str(c.message) for c in caught)
+    return values, problem

@@ -139,8 +139,10 @@ class DataLoaderShard:
         seed: int,
         device: torch.device | None,
         gradients: GradientState,
+        private_generator: torch.Generator | None = None,
     ) -> None:
         self._loader, self._source, self._sampler = loader, source, sampler
+        self._generator = private_generator
         self.seed = seed
         self.device = device if device is not None and device.type != "cpu" else None
         self.gradients = gradients
@@ -166,6 +168,8 @@ class DataLoaderShard:
         epoch, skip = self._resume or (self.epoch + (1 if self._iterated else 0), 0)
         self._resume, self._iterated = None, True
         self.epoch, self.position = epoch, skip
+        if self._generator is not None:
+            self._generator.manual_seed((self.seed + epoch) % 2**63)
         if self._sampler is not None:
             self._sampler.set_epoch(epoch)
             self._sampler.skip = skip
@@ -211,7 +215,9 @@ class DataLoaderShard:
         self._resume = (epoch, position)
 
 
-def _rebuild(source: DataLoader[Any], batch_sampler: Sampler[list[int]]) -> DataLoader[Any]:
+def _rebuild(
+    source: DataLoader[Any], batch_sampler: Sampler[list[int]], generator: torch.Generator | None
+) -> DataLoader[Any]:
     extra: dict[str, Any] = {}
     if source.num_workers > 0:
         extra = {
@@ -227,7 +233,7 @@ def _rebuild(source: DataLoader[Any], batch_sampler: Sampler[list[int]]) -> Data
         timeout=source.timeout,
         worker_init_fn=source.worker_init_fn,
         multiprocessing_context=source.multiprocessing_context,
-        generator=source.generator,
+        generator=generator,
         **extra,
     )
 
@@ -280,6 +286,10 @@ def shard_data_loader(
         split_batches,
         even_batches,
     )
-    loader = _rebuild(source, shards)
+    # Starting an iterator draws a seed for the loader's workers; from a private generator
+    # (reseeded every epoch) that draw leaves the global RNG alone, so a resumed run that
+    # starts its iterator mid-epoch draws the same random numbers as the uninterrupted one.
+    private = torch.Generator() if source.generator is None else None
+    loader = _rebuild(source, shards, private or source.generator)
     device = state.device if device_placement else None
-    return DataLoaderShard(loader, source, shards, seed, device, gradients)
+    return DataLoaderShard(loader, source, shards, seed, device, gradients, private)

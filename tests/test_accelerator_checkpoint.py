@@ -1,0 +1,200 @@
+"""save_state / load_state: resume equivalence across launches, atomicity, clear errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from notebook_accel import debug_launcher
+from notebook_accel.errors import CheckpointError, WorkerDiedError
+
+
+def make_dataset(n: int = 24) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 6, generator=g)
+    return TensorDataset(x, x @ torch.randn(6, 2, generator=g), torch.arange(n))
+
+
+def make_model() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(16, 2)
+    )
+
+
+def prepared(**kwargs: Any) -> tuple[Any, ...]:
+    from notebook_accel.accelerator import Accelerator
+    from notebook_accel.utils_seed import set_seed
+
+    acc = Accelerator(**kwargs)
+    # Per-rank seeds, so the test can see each rank's RNG restored from its own file;
+    # DDP still starts every rank from rank 0's weights.
+    set_seed(0, device_specific=True)
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    loader = DataLoader(make_dataset(), batch_size=4, shuffle=True)
+    return (acc, *acc.prepare(model, opt, loader, sched))
+
+
+def _run(folder: str, resume: bool) -> dict:
+    """10 steps, saving after step 5; or load that checkpoint and do steps 6 to 10."""
+    acc, model, opt, loader, sched = prepared()
+    if resume:
+        acc.load_state(folder)
+    step, seen, noise = acc.step, [], []
+    while step < 10:  # 3 steps per epoch on 2 ranks: step 5 is in the middle of epoch 2
+        for x, y, idx in loader:
+            acc.backward(F.mse_loss(model(x), y))
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            step += 1
+            seen.append(acc.gather(idx).tolist())
+            noise.append(torch.rand(1).item())
+            if step == 5 and not resume:
+                acc.save_state(folder)
+            if step == 10:
+                break
+    weights = [p.detach().clone() for p in acc.unwrap_model(model).parameters()]
+    return {"weights": weights, "seen": seen, "noise": noise, "lr": sched.get_last_lr()}
+
+
+def test_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
+    folder = str(tmp_path / "ckpt")
+    full = debug_launcher(_run, args=(folder, False), num_processes=2)
+    resumed = debug_launcher(_run, args=(folder, True), num_processes=2)
+    for whole, second in zip(full, resumed, strict=True):
+        assert second["seen"] == whole["seen"][5:]  # same data order, mid-epoch included
+        assert second["noise"] == whole["noise"][5:]  # every rank's RNG continued
+        assert second["lr"] == whole["lr"]
+        for a, b in zip(whole["weights"], second["weights"], strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert full[0]["noise"] != full[1]["noise"]  # ranks' RNG streams are their own
+
+
+def _crash_while_saving(folder: str, expected: str) -> None:
+    acc, model, opt, loader, sched = prepared()
+    for x, y, _ in loader:
+        acc.backward(F.mse_loss(model(x), y))
+        opt.step()
+        opt.zero_grad()
+    acc.save_state(folder)
+    torch.save(acc.get_state_dict(model), expected)
+    for x, y, _ in loader:
+        acc.backward(F.mse_loss(model(x), y))
+        opt.step()
+        opt.zero_grad()
+    real_save = torch.save
+
+    def save_then_die(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        real_save(obj, f, *args, **kwargs)
+        if str(f).endswith("optimizer_0.pt"):
+            os._exit(3)  # a crash half-way through the checkpoint
+
+    torch.save = save_then_die  # type: ignore[assignment]
+    acc.save_state(folder)
+
+
+def test_crash_during_save_keeps_last_checkpoint(tmp_path: Path) -> None:
+    folder, expected = tmp_path / "ckpt", tmp_path / "expected.pt"
+    with pytest.raises(WorkerDiedError):
+        debug_launcher(_crash_while_saving, args=(str(folder), str(expected)), num_processes=2)
+    assert (tmp_path / ".ckpt.saving").is_dir()  # the half-written one never replaced it
+    acc, model, *_ = prepared()
+    acc.load_state(folder)
+    weights = torch.load(expected, weights_only=True)
+    for name, value in acc.get_state_dict(model).items():
+        torch.testing.assert_close(value, weights[name], rtol=0, atol=0)
+    acc.save_state(folder)  # a later save clears the leftover and succeeds
+    assert not (tmp_path / ".ckpt.saving").exists()
+
+
+class Exploding:
+    def state_dict(self) -> dict:
+        raise RuntimeError("disk full")
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def test_exception_during_save_keeps_last_checkpoint(tmp_path: Path) -> None:
+    acc, model, *_ = prepared()
+    acc.save_state(tmp_path / "ckpt")
+    before = {k: v.clone() for k, v in acc.get_state_dict(model).items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    acc.register_for_checkpointing(Exploding())
+    with pytest.raises(RuntimeError, match="disk full"):
+        acc.save_state(tmp_path / "ckpt")
+    acc2, model2, *_ = prepared()
+    acc2.load_state(tmp_path / "ckpt")
+    for name, value in acc2.get_state_dict(model2).items():
+        assert torch.equal(value, before[name])
+
+
+def test_checkpoint_files_load_with_weights_only(tmp_path: Path) -> None:
+    acc, model, opt, loader, sched = prepared(mixed_precision="fp16")
+    for x, y, _ in loader:
+        acc.backward(F.mse_loss(model(x), y))
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+    acc.save_state(tmp_path / "ckpt")
+    files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert files == [
+        "loader_0.pt",
+        "meta.pt",
+        "model_0.pt",
+        "optimizer_0.pt",
+        "random_states_0.pt",
+        "scheduler_0.pt",
+    ]
+    for name in files:
+        torch.load(tmp_path / "ckpt" / name, weights_only=True)
+    meta = torch.load(tmp_path / "ckpt" / "meta.pt", weights_only=True)
+    assert "scaler" in meta["extra"]["precision"]
+
+
+def test_missing_or_mismatched_checkpoint_names_the_file(tmp_path: Path) -> None:
+    acc, model, *_ = prepared()
+    with pytest.raises(CheckpointError, match="no such checkpoint folder") as missing:
+        acc.load_state(tmp_path / "nowhere")
+    assert missing.value.path.endswith("nowhere")
+    acc.save_state(tmp_path / "ckpt")
+
+    other, *_ = prepared()
+    other.prepare(torch.nn.Linear(2, 2))
+    with pytest.raises(CheckpointError, match=r"holds 1 model\(s\) but 2") as count:
+        other.load_state(tmp_path / "ckpt")
+    assert count.value.path.endswith("meta.pt")
+
+    from notebook_accel.accelerator import Accelerator
+
+    wrong = Accelerator()
+    wrong.prepare(torch.nn.Linear(6, 3))
+    (tmp_path / "small").mkdir()
+    wrong.save_state(tmp_path / "small" / "ckpt")
+    with pytest.raises(CheckpointError, match="size mismatch") as shape:
+        wrong_shape = Accelerator()
+        wrong_shape.prepare(torch.nn.Linear(6, 4))
+        wrong_shape.load_state(tmp_path / "small" / "ckpt")
+    assert shape.value.path.endswith("model_0.pt")
+
+    (tmp_path / "ckpt" / "random_states_0.pt").unlink()
+    with pytest.raises(CheckpointError, match="saved by 1 processes") as rng:
+        acc.load_state(tmp_path / "ckpt")
+    assert rng.value.path.endswith("random_states_0.pt")
+
+
+def test_crash_between_the_two_renames_is_recovered(tmp_path: Path) -> None:
+    acc, model, *_ = prepared()
+    acc.save_state(tmp_path / "ckpt")
+    (tmp_path / "ckpt").rename(tmp_path / ".ckpt.old")  # as if killed right after rename 1
+    acc.load_state(tmp_path / "ckpt")

@@ -33,6 +33,8 @@ __all__ = [
     "set_var",
     "overridden",
     "config_file",
+    "launch_variables",
+    "child_environ",
 ]
 
 _PREFIX = "NOTEBOOK_ACCEL_"
@@ -184,3 +186,26 @@ def config_file() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "notebook_accel" / "config.json"
+
+
+# -- added for the command line (cli.py, launch/elastic.py) -----------------------------------
+def launch_variables(**options: str) -> dict[str, str]:
+    """The ``NOTEBOOK_ACCEL_*`` variables that carry launch options to workers we do not fork.
+
+    Example:
+        >>> launch_variables(mixed_precision="bf16")
+        {'NOTEBOOK_ACCEL_MIXED_PRECISION': 'bf16'}
+    """
+    return {_PREFIX + name.upper(): value for name, value in options.items()}
+
+
+def child_environ(extra: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment plus ``extra``, for a child started with ``subprocess``.
+
+    Example:
+        >>> child_environ({"OMP_NUM_THREADS": "1"})["OMP_NUM_THREADS"]
+        '1'
+    """
+    out = dict(os.environ)
+    out.update(extra)
+    return out

@@ -189,7 +189,11 @@ def _connect(config: LaunchConfig, port: int) -> Any:
     network.wait_reachable(config.master_addr, port, timeout, option="master_addr")
     try:
         return dist.TCPStore(
-            config.master_addr, port, None, False, datetime.timedelta(seconds=timeout),
+            config.master_addr,
+            port,
+            None,
+            False,
+            datetime.timedelta(seconds=timeout),
             use_libuv=True,
         )
     except Exception as exc:

@@ -1,9 +1,9 @@
 """Small network helpers for launches that span several machines.
 
-    wait_reachable(host, port, timeout)   a clear error instead of a 30-minute hang when the
-                                          main machine's address is wrong or not up
-    interface_for(address)                which network interface carries a local address, so
-                                          gloo's sockets use the link the machines share
+wait_reachable(host, port, timeout)   a clear error instead of a 30-minute hang when the
+                                      main machine's address is wrong or not up
+interface_for(address)                which network interface carries a local address, so
+                                      gloo's sockets use the link the machines share
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import signal
 import sys
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -39,7 +39,7 @@ from ..errors import LaunchTimeoutError, RemoteTraceback, WorkerDiedError, Worke
 from . import worker as worker_module
 from .channel import Failure, Progress, Result, receive
 from .display import Display
-from .payload import Payload
+from .payload import Payload, annotate_traceback
 
 __all__ = ["Engine", "Layout", "context", "warm_up"]
 
@@ -155,8 +155,12 @@ class Engine:
         display: Display,
         port: int,
         start_method: str = "auto",
+        watch: Callable[[], None] | None = None,
     ) -> None:
         self.layout = layout
+        # Called every tick while waiting; raising from it stops the launch (another machine
+        # of the group restarted or failed, see group.py).
+        self.watch = watch
         self.payload = payload
         self.display = display
         self.port = port
@@ -265,7 +269,9 @@ class Engine:
             return None
         _, _, first = min(candidates, key=lambda c: (c[0], c[1]))
         if first.failure is not None:
-            return _rebuild(first.rank, first.failure, self.layout.world_size)
+            failure = first.failure
+            text = annotate_traceback(failure.traceback, self.payload.code_origins)
+            return _rebuild(first.rank, failure, self.layout.world_size, text)
         code = first.process.exitcode
         return WorkerDiedError(first.rank, code if code is not None else -signal.SIGKILL)
 
@@ -279,6 +285,8 @@ class Engine:
                 raise self._first_problem() or problem
             if all(r.result is not None for r in self.ranks):
                 break
+            if self.watch is not None:
+                self.watch()
             wait = _TICK
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -366,7 +374,7 @@ def _collateral(failure: Failure) -> bool:
     )
 
 
-def _rebuild(rank: int, failure: Failure, world_size: int) -> BaseException:
+def _rebuild(rank: int, failure: Failure, world_size: int, text: str) -> BaseException:
     """The worker's exception as its own type, with the worker's traceback as the cause."""
     exc: BaseException | None = None
     if failure.exception is not None:
@@ -383,6 +391,6 @@ def _rebuild(rank: int, failure: Failure, world_size: int) -> BaseException:
         exc.rank = rank  # type: ignore[attr-defined]
     exc.add_note(f"[notebook_accel] raised on rank {rank} of {world_size}; the worker's "
                  "traceback is shown above.")
-    exc.__cause__ = RemoteTraceback(f"Traceback from rank {rank}:\n{failure.traceback}")
+    exc.__cause__ = RemoteTraceback(f"Traceback from rank {rank}:\n{text}")
     exc.__suppress_context__ = True
     return exc

@@ -11,9 +11,12 @@ for the culprit (an argument, a captured variable, an attribute inside one) and 
 from __future__ import annotations
 
 import inspect
+import linecache
 import os
 import pickle
+import re
 import sys
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +25,7 @@ import cloudpickle
 
 from ..errors import ConfigError, PayloadError
 
-__all__ = ["Payload", "build", "load"]
+__all__ = ["Payload", "build", "load", "annotate_traceback"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class Payload:
     sys_path: tuple[str, ...]
     cwd: str
     environ: dict[str, str]
+    # (function name, file it was defined in): cloudpickle drops code file names, so the
+    # parent puts them (and the notebook's source lines) back into worker tracebacks.
+    code_origins: tuple[tuple[str, str], ...] = ()
 
 
 def _describe(obj: object) -> str:
@@ -102,6 +108,50 @@ def _culprit(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     return f"{path} ({_describe(obj)})"
 
 
+def _code_origins(function: Callable[..., Any]) -> tuple[tuple[str, str], ...]:
+    codes: list[types.CodeType] = []
+    seen: set[int] = set()
+    pending: list[Any] = [function]
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if inspect.isfunction(item):
+            codes.append(item.__code__)
+            pending.extend(v for _, v in _captures(item) if inspect.isfunction(v))
+        for const in (item.__code__.co_consts if inspect.isfunction(item) else ()):
+            if isinstance(const, types.CodeType):
+                codes.append(const)
+    origins: dict[str, str] = {}
+    while codes:
+        code = codes.pop(0)
+        origins.setdefault(code.co_name, code.co_filename)
+        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return tuple(origins.items())
+
+
+_DYNAMIC_FRAME = re.compile(r'^(\s*)File "<dynamic-code>", line (\d+), in (\S+)$')
+
+
+def annotate_traceback(text: str, origins: tuple[tuple[str, str], ...]) -> str:
+    """Give frames of cell-defined functions their file and source line back."""
+    where = dict(origins)
+    out: list[str] = []
+    for line in text.splitlines():
+        match = _DYNAMIC_FRAME.match(line)
+        origin = where.get(match.group(3)) if match else None
+        if match is None or origin is None:
+            out.append(line)
+            continue
+        indent, number, name = match.groups()
+        out.append(f'{indent}File "{origin}", line {number}, in {name}')
+        source = linecache.getline(origin, int(number)).strip()
+        if source:
+            out.append(f"{indent}  {source}")
+    return "\n".join(out) + "\n"
+
+
 def build(
     function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | None, environ: dict[str, str]
 ) -> Payload:
@@ -123,7 +173,8 @@ def build(
             "Create it inside the function instead of capturing it from the notebook.",
             culprit=culprit,
         ) from exc
-    return Payload(call=call, sys_path=tuple(sys.path), cwd=os.getcwd(), environ=environ)
+    return Payload(call=call, sys_path=tuple(sys.path), cwd=os.getcwd(), environ=environ,
+                   code_origins=_code_origins(function))
 
 
 def load(payload: Payload) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:

@@ -134,6 +134,8 @@ def main(
         if failed:
             sender.send(Failure.from_exception(exc))
     except BaseException as exc:  # KeyboardInterrupt too: the parent decides what it means
+        if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+            exc = exc.with_traceback(exc.__traceback__.tb_next)  # start at the user's frame
         sender.send(Failure.from_exception(exc))
     progress.detach()
     _flush_all()

@@ -1,0 +1,93 @@
+"""The launcher inside a real Jupyter kernel (nbclient + ipykernel), as a user runs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CELLS = [
+    # 0: define the function in a cell (it can only travel by value)
+    "import os, time\n"
+    "from notebook_accel import notebook_launcher\n"
+    "def train(n):\n"
+    "    rank = int(os.environ['RANK'])\n"
+    "    for i in range(n):\n"
+    "        print(f'rank-says {rank} step {i:02d} ' + 'y' * 200)\n"
+    "    return rank * 10",
+    # 1: a launch: whole prefixed lines and the returned list
+    "notebook_launcher(train, args=(20,), num_processes=2)",
+    # 2: a failing rank: the original exception type in the cell
+    "def bad():\n"
+    "    if os.environ['RANK'] == '1':\n"
+    "        raise KeyError('missing column')\n"
+    "    time.sleep(60)\n"
+    "notebook_launcher(bad, num_processes=2)",
+    # 3: the stop button while workers run (nbclient interrupts this cell on its timeout)
+    "notebook_launcher(lambda: time.sleep(120), num_processes=2)",
+    # 4: after all that, the same kernel launches again and nothing was left behind
+    "from tests.launch.helpers import worker_processes\n"
+    "(notebook_launcher(lambda: 'ok', num_processes=2), len(worker_processes()))",
+]
+
+
+def _run_notebook() -> list[Any]:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
+    client = NotebookClient(
+        nb, kernel_name="python3", timeout=90, allow_errors=True, interrupt_on_timeout=True,
+        timeout_func=lambda cell: 8 if "time.sleep(120)" in cell.source else 90,
+        resources={"metadata": {"path": str(ROOT)}},
+    )
+    client.execute()
+    return list(nb.cells)
+
+
+@pytest.fixture(scope="module")
+def cells() -> list[Any]:
+    return _run_notebook()
+
+
+def _stream_text(cell: Any, name: str = "stdout") -> str:
+    return "".join(o["text"] for o in cell.outputs if o["output_type"] == "stream"
+                   and o["name"] == name)
+
+
+def _result(cell: Any) -> str:
+    results = [o for o in cell.outputs if o["output_type"] == "execute_result"]
+    assert results, cell.outputs
+    return str(results[0]["data"]["text/plain"])
+
+
+def test_cell_shows_whole_rank_prefixed_lines_and_returns_the_list(cells: list[Any]) -> None:
+    text = _stream_text(cells[1])
+    lines = text.splitlines()
+    assert lines[0] == "Launching 2 processes on CPU (gloo)"
+    for rank in (0, 1):
+        mine = [line for line in lines if line.startswith(f"[rank {rank}] ")]
+        assert mine == [f"[rank {rank}] rank-says {rank} step {i:02d} " + "y" * 200
+                        for i in range(20)]
+    assert _result(cells[1]) == "[0, 10]"
+
+
+def test_error_cell_shows_the_original_exception(cells: list[Any]) -> None:
+    errors = [o for o in cells[2].outputs if o["output_type"] == "error"]
+    assert len(errors) == 1
+    error = errors[0]
+    assert error["ename"] == "KeyError"
+    assert "missing column" in error["evalue"]
+    trace = "\n".join(error["traceback"])
+    assert "Traceback from rank 1" in trace
+    assert "raise KeyError('missing column')" in trace
+    assert "rank 1 of 2" in trace
+
+
+def test_stop_button_then_the_kernel_launches_again(cells: list[Any]) -> None:
+    errors = [o for o in cells[3].outputs if o["output_type"] == "error"]
+    assert [e["ename"] for e in errors] == ["KeyboardInterrupt"]
+    assert _result(cells[4]) == "(['ok', 'ok'], 0)"

@@ -80,7 +80,9 @@ class Accelerator:
         ddp_kwargs: dict[str, Any] | None = None,
     ) -> None:
         # Validate every argument before joining a process group: errors come out clean.
-        precision = check_precision(mixed_precision or env.launch_option("mixed_precision") or "no")
+        if mixed_precision is None:
+            mixed_precision = env.launch_option("mixed_precision") or "no"  # type: ignore[assignment]
+        precision = check_precision(mixed_precision)
         steps = _accumulation_steps(gradient_accumulation_steps)
         self.state = ProcessState.from_environment(cpu=cpu)
         self.precision = make_precision(precision, self.state.device.type)

@@ -1,0 +1,106 @@
+"""The Accelerator in a plain single process: bad input, properties, sharding arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from notebook_accel import env
+from notebook_accel.accelerator import Accelerator, DistributedType
+from notebook_accel.data import ShardSampler
+from notebook_accel.errors import ConfigError
+
+
+@pytest.mark.parametrize("value", ["fp8", "FP16", 16, ""])
+def test_wrong_mixed_precision_names_the_argument(value: object) -> None:
+    with pytest.raises(ConfigError, match="mixed_precision") as err:
+        Accelerator(mixed_precision=value)  # type: ignore[arg-type]
+    assert err.value.parameter == "mixed_precision" and err.value.value == value
+    assert "'bf16'" in err.value.accepted
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True])
+def test_accumulation_steps_below_one(value: object) -> None:
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps") as err:
+        Accelerator(gradient_accumulation_steps=value)  # type: ignore[arg-type]
+    assert err.value.accepted == "an int >= 1"
+
+
+def test_prepare_of_an_unsupported_object() -> None:
+    acc = Accelerator()
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ConfigError, match=r"prepare\(\) argument 2") as err:
+        acc.prepare(model, {"not": "supported"})
+    assert err.value.value == "dict" and "torch.nn.Module" in err.value.accepted
+    assert acc._objects.model == []  # nothing half-prepared
+
+
+def test_split_batches_needs_a_divisible_batch_size() -> None:
+    loader = DataLoader(TensorDataset(torch.arange(10)), batch_size=3)
+    with env.overridden({"RANK": "0", "WORLD_SIZE": "2"}):
+        from notebook_accel.data import shard_data_loader
+        from notebook_accel.state import GradientState, ProcessState
+
+        state = ProcessState(0, 0, 2, 2, torch.device("cpu"), "gloo", DistributedType.MULTI_CPU)
+        with pytest.raises(ConfigError, match="split_batches"):
+            shard_data_loader(loader, state, GradientState(), 0, split_batches=True)
+
+
+def test_single_process_defaults() -> None:
+    acc = Accelerator()
+    assert (acc.num_processes, acc.process_index, acc.local_process_index) == (1, 0, 0)
+    assert acc.is_main_process and acc.is_local_main_process
+    assert acc.distributed_type == DistributedType.NO == "NO"
+    assert acc.device == torch.device("cpu") and acc.mixed_precision == "no"
+    assert acc.sync_gradients and acc.gradient_accumulation_steps == 1
+    assert not acc.optimizer_step_was_skipped and acc.scaler is None
+
+
+def test_launch_options_are_the_defaults() -> None:
+    values = {"NOTEBOOK_ACCEL_MIXED_PRECISION": "bf16"}
+    values["NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"] = "3"
+    with env.overridden(values):
+        acc = Accelerator()
+        explicit = Accelerator(mixed_precision="no", gradient_accumulation_steps=1)
+    assert (acc.mixed_precision, acc.gradient_accumulation_steps) == ("bf16", 3)
+    assert (explicit.mixed_precision, explicit.gradient_accumulation_steps) == ("no", 1)
+
+
+def test_one_process_loader_matches_the_plain_loader() -> None:
+    data = TensorDataset(torch.arange(10))
+    acc = Accelerator()
+    ours = [b.tolist() for (b,) in acc.prepare(DataLoader(data, batch_size=4))]
+    assert ours == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # no padding with one process
+
+
+@pytest.mark.parametrize(
+    ("split", "size", "expected", "remainder"),
+    [
+        (False, 2, [[[0, 1], [2, 3]], [[4, 5], [6, 0]]], 3),  # 7 samples, 2 ranks, batch 2
+        (True, 4, [[[0, 1], [2, 3]], [[4, 5], [6, 0]]], 3),  # the same with global batch 4
+        (False, 1, [[[0], [1]], [[2], [3]], [[4], [5]], [[6], [0]]], 1),
+    ],
+)
+def test_shard_rounds(split: bool, size: int, expected: list, remainder: int) -> None:
+    batches = list(torch.utils.data.BatchSampler(range(7), size, drop_last=False))
+    sampler = ShardSampler(batches, 2, 1, size, split, even_batches=True)
+    assert sampler.rounds() == (expected, remainder)
+    assert list(sampler) == [r[1] for r in expected]
+
+
+def test_unwrap_and_state_dict_and_save_model(tmp_path: object) -> None:
+    acc = Accelerator(mixed_precision="bf16")
+    model = acc.prepare(torch.nn.Linear(3, 2))
+    assert model(torch.ones(1, 3)).dtype == torch.float32
+    assert set(acc.get_state_dict(model)) == {"weight", "bias"}
+    path = acc.save_model(model, tmp_path)  # type: ignore[arg-type]
+    assert set(torch.load(path, weights_only=True)) == {"weight", "bias"}
+    plain = acc.unwrap_model(model, keep_fp32_wrapper=False)
+    with acc.autocast():
+        assert plain(torch.ones(1, 3)).dtype == torch.bfloat16
+
+
+def test_register_for_checkpointing_checks_the_object() -> None:
+    with pytest.raises(ConfigError, match=r"register_for_checkpointing\(\) argument 1"):
+        Accelerator().register_for_checkpointing(object())

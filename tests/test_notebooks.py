@@ -1,0 +1,80 @@
+"""Every notebook in notebooks/ runs top to bottom on a real Jupyter kernel without an error."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from . import kernelspec
+
+NOTEBOOKS = sorted(kernelspec.NOTEBOOKS.glob("*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Select the test kernel spec for this module's kernels."""
+    values = kernelspec.install(tmp_path_factory.mktemp("jupyter"))
+    old = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    yield
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def test_notebooks_exist() -> None:
+    assert len(NOTEBOOKS) >= 5, [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_committed_without_outputs(path: Path) -> None:
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, path.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path: Path, kernel_env: None) -> None:
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        notebook,
+        kernel_name="python3",
+        timeout=180,
+        startup_timeout=60,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    started = time.monotonic()
+    try:
+        client.execute()
+    except CellExecutionError as exc:
+        pytest.fail(f"{path.name} failed:\n{exc}")
+    errors = [
+        output
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if output.output_type == "error"
+    ]
+    assert not errors, errors
+    # Every launch printed its banner: the workers really ran.
+    text = "".join(
+        output.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if output.output_type == "stream"
+    )
+    if "notebook_launcher(" in "".join(c.source for c in notebook.cells):
+        assert "Launching 2 processes on CPU" in text, text[-2000:]
+    print(f"{path.name}: {time.monotonic() - started:.1f} s")

@@ -1,0 +1,128 @@
+"""LaunchPanel driven from code: real launches, a real Stop, the real config file."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psutil
+
+from notebook_accel import env
+from notebook_accel.hardware import Machine
+from notebook_accel.widgets import LaunchPanel
+from tests.launch.helpers import worker_processes
+
+CPU2 = Machine(cpu_cores=2)
+
+
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for process in processes:
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def square(x: int) -> int:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    print(f"rank {dist.get_rank()} squares {x}")
+    return x * x
+
+
+def sleeper() -> None:
+    import time
+
+    time.sleep(120)
+
+
+def fails_on_rank_one() -> None:
+    import os
+
+    if os.environ["RANK"] == "1":
+        raise ValueError("bad batch on rank 1")
+    import time
+
+    time.sleep(30)
+
+
+def test_controls_offer_only_what_the_machine_has() -> None:
+    panel = LaunchPanel(square, args=(3,), machine=CPU2)
+    assert panel.hardware.options == (("CPU, 2 cores", "cpu"),)
+    assert panel.processes.max == 2 and panel.processes.value == 2
+    assert "no" in panel.precision.options and "bf16" in panel.precision.options
+
+    gpus = Machine(cpu_cores=8, cuda_names=("NVIDIA H100",) * 8, cuda_bf16=True)
+    panel = LaunchPanel(square, machine=gpus)
+    assert panel.hardware.options[0] == ("CUDA, 8 × H100", "cuda")
+    assert panel.processes.max == 8 and panel.processes.value == 8
+    panel.hardware.value = "cpu"
+    assert panel.processes.max == 8 and panel.processes.value == 2
+
+
+def test_launch_shows_results_ranks_and_saves_choices() -> None:
+    panel = LaunchPanel(square, args=(7,), machine=CPU2)
+    panel.seed.value = "3"
+    panel.accumulation.value = 2
+    panel.launch_button.click()
+    assert panel.wait(timeout=60)
+    assert panel.results == [49, 49] and panel.error is None
+    assert "[49, 49]" in panel.outcome.value
+    assert all("finished" in row.value for row in panel.ranks.children)
+    assert "[rank 1] rank 1 squares 7" in panel.output_area.value
+    saved = json.loads(env.config_file().read_text())
+    assert saved["num_processes"] == 2 and saved["seed"] == 3
+    assert saved["gradient_accumulation_steps"] == 2
+    # The next panel starts from the saved choices.
+    assert LaunchPanel(square, machine=CPU2).seed.value == "3"
+
+
+def test_stop_ends_every_worker_and_the_next_launch_works() -> None:
+    panel = LaunchPanel(sleeper, machine=CPU2)
+    panel.launch_button.click()
+    deadline = time.monotonic() + 30
+    while "running" not in panel.ranks.children[0].value and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert len(worker_processes()) == 2
+    started = time.monotonic()
+    panel.stop_button.click()
+    assert panel.wait(timeout=10)
+    assert time.monotonic() - started < 3
+    assert isinstance(panel.error, KeyboardInterrupt)
+    assert "Stopped" in panel.status.value
+    assert all("stopped" in row.value for row in panel.ranks.children)
+    assert _alive(worker_processes()) == []  # nothing left running
+    panel.function, panel.args = square, (2,)
+    panel.launch_button.click()
+    assert panel.wait(timeout=60) and panel.results == [4, 4]
+
+
+def test_a_worker_error_is_shown_plainly() -> None:
+    panel = LaunchPanel(fails_on_rank_one, machine=CPU2)
+    panel.launch_button.click()
+    assert panel.wait(timeout=60)
+    assert isinstance(panel.error, ValueError)
+    assert "ValueError" in panel.outcome.value and "bad batch on rank 1" in panel.outcome.value
+    assert "failed" in panel.ranks.children[1].value
+    assert "stopped" in panel.ranks.children[0].value
+    assert panel.stop_button.disabled and not panel.launch_button.disabled  # idle again
+
+
+def test_corrupt_config_file_gives_a_message_and_defaults() -> None:
+    env.config_file().write_text("{not json")
+    panel = LaunchPanel(square, machine=CPU2)
+    assert "not valid" in panel.status.value
+    assert panel.processes.value == 2 and panel.seed.value == ""
+
+
+def test_bad_seed_is_reported_without_launching() -> None:
+    panel = LaunchPanel(square, machine=CPU2)
+    panel.seed.value = "soon"
+    panel.launch_button.click()
+    assert not panel.running and panel.results is None
+    assert "seed" in panel.status.value and "soon" in panel.status.value

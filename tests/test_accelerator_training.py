@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -155,3 +156,26 @@ def test_mixed_precision_on_cpu() -> None:
     assert fp16["autocast_dtypes"] == ["torch.float16"]
     assert fp16["last"] < 0.5 * fp16["first"]
     assert fp16["skipped"] and fp16["unchanged"] and fp16["lr_kept"]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fp16_with_scaler_on_cuda() -> None:
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator(mixed_precision="fp16")
+    assert acc.device.type == "cuda" and acc.scaler is not None
+    torch.manual_seed(0)
+    model = acc.prepare(make_model())
+    opt = acc.prepare(torch.optim.Adam(model.parameters(), lr=1e-2))
+    loader = acc.prepare(DataLoader(make_dataset(), batch_size=8, shuffle=True))
+    losses = []
+    for _ in range(10):
+        for x, y, _idx in loader:
+            assert x.device.type == "cuda"
+            loss = F.mse_loss(model(x), y)
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+    assert sum(losses[-6:]) < 0.5 * sum(losses[:6])

@@ -93,7 +93,7 @@ def ask_config(machine: hardware.Machine, current: LaunchConfig, ask: Ask = inpu
     kinds = {k.name: k for k in hardware.kinds(machine)}
     print("Hardware here: " + "; ".join(k.describe(machine) for k in kinds.values()))
     names = ["auto", *kinds]
-    default_hw = current.hardware if current.hardware in names else "auto"
+    default_hw: str = current.hardware if current.hardware in names else "auto"
     hw = _question(ask, f"Which hardware ({', '.join(names)})?", default_hw, _choice(names))
     kind = kinds[hw] if hw != "auto" else next(iter(kinds.values()))
     bound = kind.count(machine) or None
@@ -104,7 +104,7 @@ def ask_config(machine: hardware.Machine, current: LaunchConfig, ask: Ask = inpu
         _int(1, bound),
     )
     precisions = list(kind.precisions(machine))
-    default_mp = current.mixed_precision if current.mixed_precision in precisions else "no"
+    default_mp: str = current.mixed_precision if current.mixed_precision in precisions else "no"
     precision = _question(
         ask, f"Mixed precision ({', '.join(precisions)})?", default_mp, _choice(precisions)
     )

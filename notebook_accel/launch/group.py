@@ -79,7 +79,7 @@ class Group:
 
     def __init__(self, config: LaunchConfig, store: Any | None) -> None:
         self.config = config
-        self.store = store
+        self.store: Any = store  # a TCPStore; None on a single machine
         self._settled = False  # this machine published done or failed
 
     # -- while an attempt runs --------------------------------------------------------------

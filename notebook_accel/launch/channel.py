@@ -55,8 +55,9 @@ class Failure:
     @classmethod
     def from_exception(cls, exc: BaseException) -> Failure:
         kind = type(exc)
+        blob: bytes | None
         try:
-            blob: bytes | None = cloudpickle.dumps(exc)
+            blob = cloudpickle.dumps(exc)
             pickle.loads(blob)  # an exception that pickles but cannot be rebuilt is no use
         except Exception:
             blob = None

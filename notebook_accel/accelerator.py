@@ -12,7 +12,7 @@ import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -176,7 +176,8 @@ class Accelerator:
         return wrapped
 
     def _prepare_scheduler(self, scheduler: LRScheduler) -> AcceleratedScheduler:
-        mine = [o for o in self._objects.optimizer if o.optimizer is scheduler.optimizer]
+        target = scheduler.optimizer  # the user's optimizer, or our wrapper if made after prepare
+        mine = [o for o in self._objects.optimizer if target in (o, o.optimizer)]
         wrapped = AcceleratedScheduler(scheduler, mine)
         self._objects.scheduler.append(wrapped)
         return wrapped
@@ -265,10 +266,13 @@ class Accelerator:
             self.unscale_gradients()
             torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
-    # ---- collectives ---------------------------------------------------------------------
-    def gather(self, tensor: Any) -> Any:
-        """Concatenate tensors (or nests of them) from every process along dim 0."""
-        return collectives.gather(tensor)
+    # ---- collectives: the functions of ``collectives``, callable on the accelerator ---------
+    gather = staticmethod(collectives.gather)
+    reduce = staticmethod(collectives.reduce)
+    broadcast = staticmethod(collectives.broadcast)
+    pad_across_processes = staticmethod(collectives.pad_across_processes)
+    gather_object = staticmethod(collectives.gather_object)
+    split_between_processes = staticmethod(collectives.split_between_processes)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """:meth:`gather`, minus the samples that ``even_batches`` repeated at the epoch's end."""
@@ -282,32 +286,6 @@ class Accelerator:
         if isinstance(data, list) and by_object:
             return data[:keep]
         return collectives.apply(lambda t: t[:keep], data)
-
-    def reduce(
-        self, tensor: Any, reduction: Literal["sum", "mean"] = "sum", scale: float = 1.0
-    ) -> Any:
-        """Sum or average tensors across processes."""
-        return collectives.reduce(tensor, reduction, scale)
-
-    def broadcast(self, tensor: Any, from_process: int = 0) -> Any:
-        """Every process gets ``from_process``'s tensors."""
-        return collectives.broadcast(tensor, from_process)
-
-    def pad_across_processes(
-        self, tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
-    ) -> Any:
-        """Pad tensors along ``dim`` to the longest across processes."""
-        return collectives.pad_across_processes(tensor, dim, pad_index, pad_first)
-
-    def gather_object(self, obj: Any) -> list[Any]:
-        """Gather picklable objects from every process (lists are concatenated)."""
-        return collectives.gather_object(obj)
-
-    def split_between_processes(
-        self, inputs: Any, apply_padding: bool = False
-    ) -> contextlib.AbstractContextManager[Any]:
-        """This process's share of ``inputs`` (a context manager, as in accelerate)."""
-        return collectives.split_between_processes(inputs, apply_padding)
 
     # ---- processes -----------------------------------------------------------------------
     def print(self, *args: Any, **kwargs: Any) -> None:

@@ -104,3 +104,21 @@ def test_unwrap_and_state_dict_and_save_model(tmp_path: object) -> None:
 def test_register_for_checkpointing_checks_the_object() -> None:
     with pytest.raises(ConfigError, match=r"register_for_checkpointing\(\) argument 1"):
         Accelerator().register_for_checkpointing(object())
+
+
+def test_scheduler_steps_once_per_optimizer_step() -> None:
+    acc = Accelerator(gradient_accumulation_steps=2)
+    model = acc.prepare(torch.nn.Linear(2, 1))
+    opt = acc.prepare(torch.optim.SGD(model.parameters(), lr=1.0))
+    # made from the prepared optimizer, as some accelerate scripts do
+    sched = acc.prepare(torch.optim.lr_scheduler.StepLR(opt, 1, 0.5))
+    before = model.weight.detach().clone()
+    for i in range(4):
+        with acc.accumulate(model):
+            acc.backward(model(torch.ones(1, 2)).sum())
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            if i == 0:  # mid-accumulation: no step, gradients kept
+                assert torch.equal(model.weight, before) and model.weight.grad is not None
+    assert sched.get_last_lr() == [0.25] and acc.step == 4

@@ -77,4 +77,14 @@ def test_notebook_runs(path: Path, kernel_env: None) -> None:
     )
     if "notebook_launcher(" in "".join(c.source for c in notebook.cells):
         assert "Launching 2 processes on CPU" in text, text[-2000:]
+    if path.stem == "01_quickstart":
+        # The workers' tqdm bars were drawn by the kernel as notebook widgets.
+        widgets = [
+            output
+            for cell in notebook.cells
+            if cell.cell_type == "code"
+            for output in cell.outputs
+            if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+        ]
+        assert len(widgets) >= 5, "one tqdm.notebook bar per epoch"
     print(f"{path.name}: {time.monotonic() - started:.1f} s")

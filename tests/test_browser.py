@@ -3,7 +3,8 @@
 Needs the Debian packages ``chromium`` (and ``chromium-driver`` for Selenium users; this test
 drives Chromium through Playwright's Python package with the system browser, nothing
 downloaded) and the Python packages ``voila`` and ``playwright``. Skipped with the reason when
-one is missing. The screenshot lands in tests/artifacts/panel.png.
+one is missing. The screenshot lands in tests/artifacts/tmp/panel.png (a copy from a run is
+committed as tests/artifacts/panel.png).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import pytest
 from . import kernelspec
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARTIFACTS = Path(__file__).parent / "artifacts"
+# Each run writes here (ignored by git); tests/artifacts/panel.png is a committed copy.
+ARTIFACTS = Path(__file__).parent / "artifacts" / "tmp"
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -96,7 +98,7 @@ def voila(tmp_path: Path) -> Iterator[str]:
 
 def test_panel_in_a_real_browser(voila: str, tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs pip install playwright")
-    ARTIFACTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(tmp_path / "profile"),

@@ -57,7 +57,7 @@ def context(method: str = "auto") -> multiprocessing.context.BaseContext:
         )
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(_PRELOAD)  # type: ignore[attr-defined]
+        ctx.set_forkserver_preload(_PRELOAD)
     return ctx
 
 

@@ -141,3 +141,14 @@ def test_children_of_a_worker_are_stopped_with_it() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         debug_launcher(spawn_child_then_fail, num_processes=2)
     assert worker_processes() == []
+
+
+def test_exception_class_defined_in_a_cell_is_caught_by_its_own_except() -> None:
+    class TrainingDiverged(Exception):  # defined here: travels by value, both ways
+        pass
+
+    def fail() -> None:
+        raise TrainingDiverged("loss is nan")
+
+    with pytest.raises(TrainingDiverged, match="loss is nan"):
+        debug_launcher(fail, num_processes=1)

@@ -6,8 +6,9 @@ training loop is measured:
 
 - time: every step (fetching the batch, forward, backward, optimizer step) with
   ``time.perf_counter``; the first ``--warmup`` steps are dropped; we report the median step of
-  each rank, and keep the slower rank. Variants are interleaved over ``--rounds`` launches and
-  the median over rounds is shown, so drifting machine load hits all of them alike.
+  each rank, and keep the slower rank. Variants are interleaved (order rotated each round) over
+  ``--rounds`` launches and the median over rounds is shown, so drifting machine load hits all
+  of them alike.
 - memory: peak resident set size (RSS) of the loop, above the RSS at its start. The kernel's
   high-water mark is reset before the loop (``echo 5 > /proc/self/clear_refs``) and ``VmHWM``
   read after it, so the figure is the true peak of the loop, tensors included (tracemalloc
@@ -152,8 +153,11 @@ def main() -> None:
     }
     step_ms: dict[str, list[float]] = {name: [] for name in VARIANTS}
     peak_mib: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    for _ in range(args.rounds):
-        for name, fn in VARIANTS.items():
+    names = list(VARIANTS)
+    for round_ in range(args.rounds):
+        # Rotate the order each round so no variant always runs first or last.
+        for name in names[round_ % 3 :] + names[: round_ % 3]:
+            fn = VARIANTS[name]
             ranks = debug_launcher(fn, args=(cfg,), num_processes=2, output="none")
             step_ms[name].append(max(statistics.median(t[args.warmup :]) for t, _ in ranks) * 1e3)
             peak_mib[name].append(max(kib for _, kib in ranks) / 1024)

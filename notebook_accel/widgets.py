@@ -288,6 +288,11 @@ class _PanelDisplay(Display):
                 self.state[rank] = "running"
         self.draw_ranks()
 
+    def rank_state(self, rank: int, state: str) -> None:
+        if rank in self.state:
+            self.state[rank] = state
+            self.draw_ranks()
+
     def end(self, rank: int, stream: str) -> None:
         super().end(rank, stream)
         self.ended.setdefault(rank, set()).add(stream)

@@ -68,6 +68,9 @@ class Display:
         if lines:
             (self.stdout if stream == "stdout" else self.stderr).flush()
 
+    def rank_state(self, rank: int, state: str) -> None:
+        """A rank is "running", "finished", "failed" or "stopped"; the panel shows it live."""
+
     def end(self, rank: int, stream: str) -> None:
         """The stream closed: write what is left of its last line."""
         rest = self._pending.pop((rank, stream), b"")

@@ -199,6 +199,7 @@ class Engine:
         with _main_hidden():
             for local_rank in range(self.layout.num_processes):
                 self.ranks.append(self._start_one(local_rank))
+                self.display.rank_state(self.ranks[-1].rank, "running")
 
     # -- supervising ------------------------------------------------------------------------
     def _handle(self, rank: _Rank, what: str) -> None:
@@ -219,6 +220,8 @@ class Engine:
             self._read_messages(rank)  # whatever it sent before dying
             if rank.result is None and rank.failure is None:
                 rank.died_at = time.time()
+                stopped = self._stopping_since is not None
+                self.display.rank_state(rank.rank, "stopped" if stopped else "failed")
 
     def _read_messages(self, rank: _Rank) -> None:
         conn = rank.messages
@@ -234,8 +237,10 @@ class Engine:
     def _dispatch(self, rank: _Rank, message: Any) -> None:
         if isinstance(message, Result):
             rank.result = message.value
+            self.display.rank_state(rank.rank, "finished")
         elif isinstance(message, Failure):
             rank.failure = message
+            self.display.rank_state(rank.rank, "failed")
         elif isinstance(message, Progress):
             self.display.progress(rank.rank, message)
 

@@ -137,3 +137,26 @@ def test_command_line_on_two_machines_uses_torchrun_c10d(tmp_path: Path) -> None
     assert [code for code, _ in results] == [0, 0], text
     for rank in range(4):
         assert f"rank={rank} world=4 sum=10 mp=bf16" in text
+
+
+def test_unreachable_master_addr_is_an_error_within_the_timeout() -> None:
+    import time
+
+    import pytest
+
+    from notebook_accel import notebook_launcher
+    from notebook_accel.errors import LaunchError
+
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match=r"master_addr='192\.0\.2\.1'"):
+        notebook_launcher(
+            print,
+            num_processes=1,
+            hardware="cpu",
+            num_nodes=2,
+            node_rank=1,
+            master_addr="192.0.2.1",  # TEST-NET-1: never routed
+            master_port=29473,
+            timeout=3,
+        )
+    assert time.monotonic() - start < 20

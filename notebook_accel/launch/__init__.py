@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from ..config import LaunchConfig
 from ..errors import ConfigError, LaunchTimeoutError, NotebookAccelError, WorkerDiedError
 from .display import Display
 from .engine import Engine, Layout, warm_up
+from .group import Group, joined, network_env
 from .payload import Payload, build
 
 __all__ = ["notebook_launcher", "debug_launcher"]
@@ -74,6 +76,7 @@ def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
                   str(config.gradient_accumulation_steps)))
     if config.seed is not None:
         extra.append(("NOTEBOOK_ACCEL_SEED", str(config.seed)))
+    extra.extend(network_env(config))
     return Layout(
         num_processes=plan.num_processes,
         node_rank=config.node_rank,
@@ -86,42 +89,73 @@ def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
     )
 
 
+def _stoppable(watch: Callable[[], None] | None,
+               stop: threading.Event | None) -> Callable[[], None] | None:
+    """[panel hook, widgets.py] A set ``stop`` event ends the launch as an interrupt does."""
+    if stop is None:
+        return watch
+
+    def check() -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt("stopped from the launch panel")
+        if watch is not None:
+            watch()
+
+    return check
+
+
 def _run_once(config: LaunchConfig, plan: hardware.Plan, payload: Payload, display: Display,
-              attempt: int) -> list[Any]:
+              attempt: int, port: int, group: Group,
+              stop: threading.Event | None = None) -> list[Any]:
     layout = _layout(config, plan, attempt)
     if plan.backend == "xla":
-        from . import xla
+        from .xla import run as run_on_xla  # imports torch_xla: only on TPU machines
 
-        return xla.run(layout, payload, display, config.timeout)
-    with rendezvous_store(config, layout.world_size) as (_store, port):
-        engine = Engine(layout, payload, display, port, config.start_method)
-        return engine.run(config.timeout)
+        return run_on_xla(layout, payload, display, config.timeout)
+    engine = Engine(layout, payload, display, port, config.start_method,
+                    _stoppable(group.watch(attempt), stop))
+    result = engine.run(config.timeout)
+    group.done(attempt)
+    return result
 
 
 def launch(function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | None,
-           config: LaunchConfig, machine: hardware.Machine | None = None) -> list[Any]:
-    """Validate everything, then run (and restart up to ``config.max_restarts`` times)."""
+           config: LaunchConfig, machine: hardware.Machine | None = None, *,
+           display: Display | None = None, stop: threading.Event | None = None) -> list[Any]:
+    """Validate everything, then run (and restart up to ``config.max_restarts`` times).
+
+    ``display`` and ``stop`` are the launch panel's hooks (widgets.py): its own display, and
+    an event that, once set, stops every worker as a KeyboardInterrupt does.
+    """
     payload = build(function, args, kwargs, env.snapshot())
     plan = hardware.resolve(config, machine)
     if plan.backend != "xla":
         warm_up(config.start_method)
-    display = Display(output=config.output)
+    display = display or Display(output=config.output)
     display.banner(plan.describe(config.num_nodes))
     attempt = 0
+    # The store outlives the attempts (as torchrun's agent store does): each attempt's workers
+    # meet under a fresh /worker/attempt_N prefix, and the machines of a group use it to
+    # restart together (group.py).
+    world_size = plan.num_processes * config.num_nodes
     try:
-        while True:
-            try:
-                return _run_once(config, plan, payload, display, attempt)
-            except LaunchTimeoutError:
-                raise
-            except _RESTARTABLE as exc:
-                if attempt >= config.max_restarts or isinstance(exc, ConfigError):
+        with rendezvous_store(config, world_size) as (store, port), \
+                joined(config, store, port) as group:
+            while True:
+                try:
+                    return _run_once(config, plan, payload, display, attempt, port, group,
+                                     stop)
+                except LaunchTimeoutError as exc:
+                    group.fail(exc)
                     raise
-                attempt += 1
-                display.banner(
-                    f"{type(exc).__name__}: {_first_line(exc)} -- restarting every process "
-                    f"(restart {attempt} of {config.max_restarts})"
-                )
+                except _RESTARTABLE as exc:
+                    if not group.restarting(attempt, exc):
+                        raise
+                    attempt += 1
+                    display.banner(
+                        f"{type(exc).__name__}: {_first_line(exc)} -- restarting every process "
+                        f"(restart {attempt} of {config.max_restarts})"
+                    )
     finally:
         display.close()
 

@@ -36,6 +36,7 @@ _EXPORTS = {
     "WorkerError": "notebook_accel.errors",
     "WorkerDiedError": "notebook_accel.errors",
     "LaunchTimeoutError": "notebook_accel.errors",
+    "CheckpointError": "notebook_accel.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

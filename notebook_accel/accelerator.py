@@ -19,7 +19,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 
-from . import checkpoint, collectives, env
+from . import checkpoint, checkpoint_sharded, collectives, env
+from . import fsdp as fsdp_
 from .data import DataLoaderShard, shard_data_loader
 from .errors import ConfigError
 from .precision import (
@@ -30,6 +31,7 @@ from .precision import (
     make_precision,
 )
 from .state import DistributedType, GradientState, ProcessState
+from .utils_seed import set_seed
 
 __all__ = ["Accelerator", "DistributedType"]
 
@@ -58,6 +60,8 @@ class Accelerator:
         cpu: train on the CPU even where a GPU exists.
         even_batches: pad the end of each epoch so every process gets as many batches.
         ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.
+        fsdp: shard models with FSDP instead of DDP: an :class:`~notebook_accel.fsdp.FsdpConfig`,
+            a dict of its fields or a strategy name; ``None`` takes the launcher's (off).
 
     Example:
         >>> accelerator = Accelerator()
@@ -78,13 +82,16 @@ class Accelerator:
         cpu: bool = False,
         even_batches: bool = True,
         ddp_kwargs: dict[str, Any] | None = None,
+        fsdp: fsdp_.FsdpConfig | dict[str, Any] | str | None = None,
     ) -> None:
         # Validate every argument before joining a process group: errors come out clean.
         if mixed_precision is None:
             mixed_precision = env.launch_option("mixed_precision") or "no"  # type: ignore[assignment]
         precision = check_precision(mixed_precision)
         steps = _accumulation_steps(gradient_accumulation_steps)
+        fsdp_config = fsdp_.FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
         self.state = ProcessState.from_environment(cpu=cpu)
+        self._sharder = fsdp_config and fsdp_.Sharder(fsdp_config, self.state)
         self.precision = make_precision(precision, self.state.device.type)
         self.gradient_state = GradientState(accumulation_steps=steps)
         self.device_placement = device_placement
@@ -94,6 +101,11 @@ class Accelerator:
         self.step = 0  # backward() calls, saved in checkpoints
         self._objects = checkpoint.Stateful()
         self._shuffle_seed: int | None = None
+        launch_seed = env.launch_option("seed")
+        if launch_seed:
+            # A seed chosen at launch (argument, panel or config file) seeds every RNG, the
+            # same on each rank, as set_seed(seed) at the top of the function would.
+            set_seed(int(launch_seed))
 
     # ---- process facts -------------------------------------------------------------------
     device = property(lambda self: self.state.device, doc="The device this process uses.")
@@ -164,13 +176,19 @@ class Accelerator:
         if self.precision.dtype is not None:
             model._notebook_accel_forward = model.forward  # type: ignore[assignment]
             model.forward = self.precision.wrap_forward(model.forward)
-        if self.num_processes > 1 and any(p.requires_grad for p in model.parameters()):
+        if self._sharder:
+            model = self._sharder.shard(model)
+            for opt in self._objects.optimizer:  # optimizers prepared before their model
+                self._sharder.repoint(opt.optimizer)
+        elif self.num_processes > 1 and any(p.requires_grad for p in model.parameters()):
             ids = [self.device.index] if self.device.type == "cuda" else None
             model = DistributedDataParallel(model, device_ids=ids, **self.ddp_kwargs)
         self._objects.model.append(model)
         return model
 
     def _prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
+        if self._sharder:
+            self._sharder.repoint(optimizer)
         wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
         self._objects.optimizer.append(wrapped)
         return wrapped
@@ -218,7 +236,7 @@ class Accelerator:
         with (
             model.no_sync()
             if isinstance(model, DistributedDataParallel)
-            else contextlib.nullcontext()
+            else fsdp_.no_sync(model)
         ):
             yield
 
@@ -256,9 +274,9 @@ class Accelerator:
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         grads = [p.grad for p in params if p.grad is not None]
         if not self.sync_gradients:
-            return torch.nn.utils.get_total_norm(grads, norm_type)
+            return fsdp_.total_norm(grads, norm_type)
         self.unscale_gradients()
-        return torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+        return fsdp_.clip_grad_norm_(params, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: _Params, clip_value: float) -> None:
         """Clamp every gradient to ``[-clip_value, clip_value]`` on synchronising steps."""
@@ -339,7 +357,13 @@ class Accelerator:
         return inner
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
-        """The model's state dict (of the unwrapped module by default)."""
+        """The model's state dict (of the unwrapped module by default).
+
+        An FSDP model's is gathered whole on the main process (``{}`` elsewhere): call it on
+        every process.
+        """
+        if fsdp_.is_sharded(model):
+            return fsdp_.full_state_dict(model)
         return (self.unwrap_model(model) if unwrap else model).state_dict()
 
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike[str]) -> Path:
@@ -367,7 +391,9 @@ class Accelerator:
             "micro_step": self.gradient_state.micro_step,
             "precision": self.precision.state_dict(),
         }
-        return checkpoint.save_state(output_dir, self.state, self._objects, extra)
+        objects, sharded = checkpoint_sharded.split(self._objects)
+        write = sharded.save if sharded else None
+        return checkpoint.save_state(output_dir, self.state, objects, extra, write)
 
     def load_state(self, input_dir: str | os.PathLike[str]) -> None:
         """Restore what :meth:`save_state` wrote; prepare the same objects first.
@@ -375,7 +401,9 @@ class Accelerator:
         Raises:
             CheckpointError: a file is missing or does not match (it names the file).
         """
-        extra = checkpoint.load_state(input_dir, self.state, self._objects)
+        objects, sharded = checkpoint_sharded.split(self._objects, input_dir)
+        read = sharded.load if sharded else None
+        extra = checkpoint.load_state(input_dir, self.state, objects, read)
         self.step = int(extra["step"])
         self.gradient_state.micro_step = int(extra["micro_step"])
         self.precision.load_state_dict(extra["precision"])

@@ -12,6 +12,7 @@ __all__ = [
     "WorkerError",
     "WorkerDiedError",
     "LaunchTimeoutError",
+    "CheckpointError",
     "RemoteTraceback",
 ]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import env, hardware
 from ..config import LaunchConfig
-from ..errors import ConfigError, LaunchTimeoutError, NotebookAccelError, WorkerDiedError
+from ..errors import ConfigError, LaunchTimeoutError
 from .display import Display
 from .engine import Engine, Layout, warm_up
 from .group import Group, joined, network_env

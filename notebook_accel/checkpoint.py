@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,14 +78,20 @@ def save_state(
     state: ProcessState,
     objects: Stateful,
     extra: dict[str, Any],
+    write_sharded: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write a checkpoint of ``objects`` (and ``extra``: step counters, precision) atomically."""
+    """Write a checkpoint of ``objects`` (and ``extra``: step counters, precision) atomically.
+
+    ``write_sharded(staging)`` is called on every rank to add sharded (FSDP) state.
+    """
     target, staging, old = _paths(directory)
     if state.is_main_process:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     state.barrier()
     torch.save(rng_state(), staging / f"random_states_{state.rank}.pt")
+    if write_sharded is not None:
+        write_sharded(staging)
     if state.is_main_process:
         for kind, items in objects.kinds().items():
             for i, item in enumerate(items):
@@ -125,9 +132,15 @@ def _find(directory: str | os.PathLike[str]) -> Path:
 
 
 def load_state(
-    directory: str | os.PathLike[str], state: ProcessState, objects: Stateful
+    directory: str | os.PathLike[str],
+    state: ProcessState,
+    objects: Stateful,
+    read_sharded: Callable[[Path], None] | None = None,
 ) -> dict[str, Any]:
-    """Restore ``objects`` and this rank's RNG states; return the saved ``extra`` dict."""
+    """Restore ``objects`` and this rank's RNG states; return the saved ``extra`` dict.
+
+    ``read_sharded(folder)`` is called on every rank to restore sharded (FSDP) state.
+    """
     folder = _find(directory)
     meta = _load(folder / "meta.pt")
     for kind, items in objects.kinds().items():
@@ -146,6 +159,8 @@ def load_state(
                 (_unwrap(item) if kind == "model" else item).load_state_dict(content)
             except (RuntimeError, ValueError, KeyError) as err:
                 raise CheckpointError(path, f"does not match {kind} {i}: {err}") from err
+    if read_sharded is not None:
+        read_sharded(folder)
     rng_path = folder / f"random_states_{state.rank}.pt"
     if not rng_path.is_file():
         raise CheckpointError(

@@ -18,12 +18,10 @@ tensors; :meth:`Sharder.repoint` fixes that by matching parameters by their qual
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
+import ctypes
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,6 +36,7 @@ from torch.distributed.fsdp import (
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from .errors import ConfigError
+from .fsdp_config import DTYPES, FsdpConfig, ShardingStrategy
 from .state import ProcessState
 
 __all__ = [
@@ -50,114 +49,6 @@ __all__ = [
     "clip_grad_norm_",
     "full_state_dict",
 ]
-
-ShardingStrategy = Literal["full", "grad_op", "no_shard", "hybrid"]
-DtypeName = Literal["fp32", "bf16", "fp16"]
-_DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
-
-
-def _one_of(values: Iterable[object]) -> str:
-    return "one of " + ", ".join(repr(v) for v in values)
-
-
-@dataclass(frozen=True)
-class FsdpConfig:
-    """How ``Accelerator.prepare`` shards models (a dict with these keys is accepted too).
-
-    Attributes:
-        sharding_strategy: ``"full"`` (parameters, gradients and optimizer state sharded;
-            parameters re-sharded after forward), ``"grad_op"`` (as full, but parameters stay
-            gathered from forward to backward: less communication, more memory),
-            ``"no_shard"`` (replicated, like DDP), ``"hybrid"`` (sharded within groups of
-            ``hybrid_shard_size`` processes, replicated across groups).
-        auto_wrap_classes: names of module classes sharded as their own unit (e.g.
-            ``("TransformerBlock",)``); each must occur in the model.
-        min_num_params: also shard as its own unit every module holding at least this many
-            parameters not already in a smaller unit (0: off).
-        cpu_offload: keep sharded parameters, gradients and optimizer state in CPU memory.
-        param_dtype: dtype parameters are gathered and computed in (``"bf16"``...); None: as
-            stored.
-        reduce_dtype: dtype gradients are reduced in; None: ``param_dtype``'s.
-        hybrid_shard_size: processes per shard group for ``"hybrid"`` (default: processes per
-            machine).
-        sync_module_states: broadcast rank 0's weights before sharding, as DDP does.
-
-    Example:
-        >>> FsdpConfig(sharding_strategy="grad_op", auto_wrap_classes=("Linear",))
-        FsdpConfig(sharding_strategy='grad_op', auto_wrap_classes=('Linear',), ...)
-        >>> FsdpConfig.coerce({"sharding_strategy": "full", "min_num_params": 10_000})
-        FsdpConfig(sharding_strategy='full', auto_wrap_classes=(), min_num_params=10000, ...)
-    """
-
-    sharding_strategy: ShardingStrategy = "full"
-    auto_wrap_classes: tuple[str, ...] = ()
-    min_num_params: int = 0
-    cpu_offload: bool = False
-    param_dtype: DtypeName | None = None
-    reduce_dtype: DtypeName | None = None
-    hybrid_shard_size: int | None = None
-    sync_module_states: bool = True
-
-    def __post_init__(self) -> None:
-        # A list or a single name is a natural thing to type; store one canonical form.
-        classes = self.auto_wrap_classes
-        if isinstance(classes, str):
-            classes = (classes,)
-        object.__setattr__(self, "auto_wrap_classes", tuple(classes))
-        if self.sharding_strategy not in get_args(ShardingStrategy):
-            raise ConfigError(
-                "fsdp.sharding_strategy",
-                self.sharding_strategy,
-                _one_of(get_args(ShardingStrategy)),
-            )
-        if not all(isinstance(c, str) for c in self.auto_wrap_classes):
-            raise ConfigError(
-                "fsdp.auto_wrap_classes", self.auto_wrap_classes, "module class names (str)"
-            )
-        for name in ("param_dtype", "reduce_dtype"):
-            value = getattr(self, name)
-            if value is not None and value not in _DTYPES:
-                raise ConfigError(f"fsdp.{name}", value, _one_of([*_DTYPES, None]))
-        for name, value in (
-            ("min_num_params", self.min_num_params),
-            ("hybrid_shard_size", self.hybrid_shard_size or 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"fsdp.{name}", value, "an int >= 0")
-
-    @classmethod
-    def coerce(cls, value: object) -> FsdpConfig | None:
-        """Accept a config, a dict of its fields, a strategy name, JSON of either, or off.
-
-        ``None``, ``False``, ``""`` and ``"no"`` mean no FSDP.
-
-        Raises:
-            ConfigError: an unknown key, strategy or field value.
-        """
-        if value is None or value is False or value in ("", "no", "false"):
-            return None
-        if isinstance(value, cls):
-            return value
-        if value is True:
-            return cls()
-        if isinstance(value, str):
-            text = value.strip()
-            value = json.loads(text) if text.startswith("{") else {"sharding_strategy": text}
-        if not isinstance(value, Mapping):
-            raise ConfigError("fsdp", value, "an FsdpConfig, a dict of its fields, or None")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - fields)
-        if unknown:
-            raise ConfigError(f"fsdp[{unknown[0]!r}]", value[unknown[0]], _one_of(sorted(fields)))
-        return cls(**dict(value))
-
-    def to_option(self) -> str:
-        """JSON for a launch option (``NOTEBOOK_ACCEL_FSDP``); :meth:`coerce` reads it back."""
-        return json.dumps(dataclasses.asdict(self))
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
@@ -187,6 +78,8 @@ class Sharder:
         self.config = config
         self.state = state
         self.mesh_shape = _mesh_shape(config, state)
+        if config.return_freed_memory and state.device.type == "cpu":
+            _fixed_mmap_threshold(1 << 20)
         self._mesh: DeviceMesh | None = None
         # id(old Parameter) -> (weak ref to it, its sharded replacement); weak so that the
         # full-size originals are freed as soon as no optimizer refers to them any more.
@@ -232,8 +125,8 @@ class Sharder:
             # backward; no_shard has nothing to free.
             "reshard_after_forward": cfg.sharding_strategy in ("full", "hybrid"),
             "mp_policy": MixedPrecisionPolicy(
-                param_dtype=_DTYPES.get(cfg.param_dtype or ""),
-                reduce_dtype=_DTYPES.get(cfg.reduce_dtype or ""),
+                param_dtype=DTYPES.get(cfg.param_dtype or ""),
+                reduce_dtype=DTYPES.get(cfg.reduce_dtype or ""),
             ),
             "offload_policy": offload if cfg.cpu_offload else OffloadPolicy(),
         }
@@ -256,6 +149,17 @@ class Sharder:
                     optimizer.state[new] = {k: _like(v, new) for k, v in old_state.items()}
                 count += 1
         return count
+
+
+def _fixed_mmap_threshold(size: int) -> None:
+    # glibc raises its mmap threshold (up to 32 MiB) each time an mmapped block is freed, so
+    # after the first layer's gathered weights are freed the next ones come from the heap and
+    # stay resident; a fixed threshold turns the adaptation off (mallopt M_MMAP_THRESHOLD).
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, size)  # -3: M_MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to tune
+        pass
 
 
 def _mesh_shape(config: FsdpConfig, state: ProcessState) -> tuple[int, ...]:

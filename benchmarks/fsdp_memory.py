@@ -1,0 +1,183 @@
+"""Peak memory per rank and step time: DDP vs notebook_accel's FSDP vs accelerate's FSDP plugin.
+
+The same MLP of large Linear layers (``--layers`` x ``--width``^2, fp32: 268 MB by default),
+AdamW and random batches run on 2 CPU processes (gloo); each variant runs in its own launch
+(fresh worker processes), variants interleaved over ``--rounds`` rounds, medians reported.
+
+- memory: peak resident set size of each rank over the whole job (model built, prepared, then
+  trained), above the RSS before the model was built. The kernel's high-water mark is reset
+  (``echo 5 > /proc/self/clear_refs``) before the model is built and ``VmHWM`` is read after the
+  last step, so the figure covers every tensor torch allocated, transient ones included. The
+  larger of the two ranks is shown. Linux only.
+- time: each step (forward, backward, clipping-free optimizer step, zero_grad) with
+  ``time.perf_counter``; the first ``--warmup`` steps are dropped; the slower rank's median.
+
+accelerate 1.15 only enables its FSDP plugin for GPU-like devices (on CPU it silently keeps
+DDP), so for its column the benchmark sets ``distributed_type = FSDP`` on accelerate's state
+after construction; accelerate's own FSDP2 code then shards the model (``fully_shard`` per
+Linear, like ours with ``auto_wrap_classes=("Linear",)``) and switches the optimizer.
+
+Run: ``python benchmarks/fsdp_memory.py`` (needs ``pip install accelerate``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from notebook_accel import debug_launcher
+
+Result = tuple[list[float], int]
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak() -> int:
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")  # the peak-RSS mark restarts from the current RSS
+    return _status_kib("VmRSS")
+
+
+def _build(cfg: dict[str, Any]) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.set_num_threads(1)  # 2 processes on a 2-core machine
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for _ in range(cfg["layers"]):
+        layers += [torch.nn.Linear(cfg["width"], cfg["width"]), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers)
+    # Created before prepare, as accelerate's users do.
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def _train(
+    model: Any, opt: Any, backward: Callable[[torch.Tensor], None], cfg: dict[str, Any]
+) -> list[float]:
+    g = torch.Generator().manual_seed(torch.distributed.get_rank())
+    x = torch.randn(cfg["batch"], cfg["width"], generator=g)
+    y = torch.randn(cfg["batch"], cfg["width"], generator=g)
+    times = []
+    for _ in range(cfg["steps"]):
+        t0 = time.perf_counter()
+        backward(F.mse_loss(model(x), y))
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def ddp(cfg: dict[str, Any]) -> Result:
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator()
+    base = _reset_peak()
+    model, opt = acc.prepare(*_build(cfg))
+    times = _train(model, opt, acc.backward, cfg)
+    return times, _status_kib("VmHWM") - base
+
+
+def ours_fsdp(cfg: dict[str, Any], return_freed_memory: bool = True) -> Result:
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator(
+        fsdp={
+            "sharding_strategy": "full",
+            "auto_wrap_classes": ["Linear"],
+            "return_freed_memory": return_freed_memory,
+        }
+    )
+    base = _reset_peak()
+    model, opt = acc.prepare(*_build(cfg))
+    times = _train(model, opt, acc.backward, cfg)
+    return times, _status_kib("VmHWM") - base
+
+
+def ours_fsdp_heap(cfg: dict[str, Any]) -> Result:
+    return ours_fsdp(cfg, return_freed_memory=False)
+
+
+def accelerate_fsdp(cfg: dict[str, Any]) -> Result:
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2,
+        auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=["Linear"],
+        reshard_after_forward=True,
+    )
+    acc = Accelerator(cpu=True, fsdp_plugin=plugin)
+    # See the module docstring: on CPU accelerate would otherwise quietly use DDP.
+    acc.state.distributed_type = DistributedType.FSDP
+    acc.state.fsdp_plugin = plugin
+    assert acc.num_processes == 2 and acc.is_fsdp2
+    base = _reset_peak()
+    model, opt = acc.prepare(*_build(cfg))
+    times = _train(model, opt, acc.backward, cfg)
+    sharded = type(next(model.parameters())).__name__ == "DTensor"
+    assert sharded, "accelerate did not shard the model"
+    return times, _status_kib("VmHWM") - base
+
+
+VARIANTS: dict[str, Callable[[dict[str, Any]], Result]] = {
+    "DDP (ours)": ddp,
+    "FSDP (ours)": ours_fsdp,
+    "FSDP (ours, heap)": ours_fsdp_heap,
+    "FSDP (accelerate)": accelerate_fsdp,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--width", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=16, help="per process")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args()
+    cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "steps": args.steps}
+    step_ms: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    peak_mib: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    names = list(VARIANTS)
+    for round_ in range(args.rounds):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            ranks = debug_launcher(VARIANTS[name], args=(cfg,), num_processes=2, output="none")
+            step_ms[name].append(max(statistics.median(t[args.warmup :]) for t, _ in ranks) * 1e3)
+            peak_mib[name].append(max(kib for _, kib in ranks) / 1024)
+    params = args.layers * (args.width**2 + args.width)
+    print(
+        f"\nMLP {args.layers} x Linear({args.width}, {args.width}): {params / 1e6:.1f} M params "
+        f"({params * 4 / 2**20:.0f} MiB fp32), AdamW, batch {args.batch}/process, 2 CPU "
+        f"processes (gloo), {args.steps - args.warmup} timed steps x {args.rounds} rounds; "
+        f"torch {torch.__version__}"
+    )
+    ddp_mem = statistics.median(peak_mib["DDP (ours)"])
+    acc_ms = statistics.median(step_ms["FSDP (accelerate)"])
+    header = f"{'variant':<20}{'peak RSS/rank MiB':>19}{'vs DDP':>8}{'ms/step':>10}"
+    print(header + f"{'vs acc FSDP':>13}")
+    for name in VARIANTS:
+        ms, mem = statistics.median(step_ms[name]), statistics.median(peak_mib[name])
+        print(f"{name:<20}{mem:>19.0f}{mem / ddp_mem:>7.2f}x{ms:>10.0f}{ms / acc_ms:>12.2f}x")
+    print(
+        "per-round (MiB, ms):",
+        {
+            k: [(round(m), round(t)) for m, t in zip(peak_mib[k], step_ms[k], strict=True)]
+            for k in VARIANTS
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -4,18 +4,15 @@
       -> LaunchConfig (defaults from the config file; validated)
       -> hardware.resolve: "auto" -> TPU / CUDA / MPS / CPU, bounds and precision checked
       -> payload.build: cloudpickle by value, the culprit named if it does not pickle
-      -> rendezvous store on loopback (port chosen by the OS, held for the whole launch)
+      -> rendezvous.py: a TCPStore hosted here, on loopback at a port the OS picks
       -> Engine(...).run()  or, on TPU, xla.run(...)
       -> [result of rank 0, result of rank 1, ...]
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from .. import env, hardware
@@ -25,49 +22,12 @@ from .display import Display
 from .engine import Engine, Layout, warm_up
 from .group import Group, joined, network_env
 from .payload import Payload, build
+from .rendezvous import group_store, workers_store
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 
 # Failures after which a restart can help (not a bad argument, not the user's stop button).
 _RESTARTABLE = (Exception,)
-
-
-@contextlib.contextmanager
-def rendezvous_store(config: LaunchConfig, world_size: int) -> Iterator[tuple[Any, int]]:
-    """Host torch's TCPStore in this process, as torchrun's agent does, for the launch's life.
-
-    On one machine it listens on 127.0.0.1 at a port the OS picks, so re-runs and two
-    notebooks at once never collide. Machine 0 of several listens on ``master_port``.
-    Other machines host nothing and connect to machine 0.
-    """
-    if config.node_rank != 0:
-        yield None, config.master_port or 0
-        return
-    import torch.distributed as dist
-
-    single = config.num_nodes == 1
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1" if single else "0.0.0.0", config.master_port or 0))
-        sock.listen(max(128, world_size))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(
-            "master_port", config.master_port, "a free TCP port",
-            f"Binding it failed: {exc}. Pass master_port=None to let the OS pick one.",
-        ) from exc
-    port = sock.getsockname()[1]
-    store = dist.TCPStore(
-        "127.0.0.1" if single else config.master_addr, port, None, True,
-        datetime.timedelta(minutes=30), wait_for_workers=False,
-        master_listen_fd=sock.detach(),  # the store owns and closes the socket
-        use_libuv=True,
-    )
-    try:
-        yield store, port
-    finally:
-        del store
 
 
 def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
@@ -134,26 +94,28 @@ def launch(function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | Non
     display = display or Display(output=config.output)
     display.banner(plan.describe(config.num_nodes))
     attempt = 0
-    # The store outlives the attempts (as torchrun's agent store does): each attempt's workers
-    # meet under a fresh /worker/attempt_N prefix, and the machines of a group use it to
-    # restart together (group.py).
+    # Several machines keep one group store for the whole launch (restarts move together,
+    # group.py); each attempt's workers meet in a fresh store (rendezvous.py).
     world_size = plan.num_processes * config.num_nodes
     try:
-        with rendezvous_store(config, world_size) as (store, port), \
+        with group_store(config, world_size) as (store, port), \
                 joined(config, store, port) as group:
             while True:
                 try:
-                    return _run_once(config, plan, payload, display, attempt, port, group,
-                                     stop)
+                    with workers_store(config, group.store, attempt, world_size) as wport:
+                        return _run_once(config, plan, payload, display, attempt, wport,
+                                         group, stop)
                 except LaunchTimeoutError as exc:
                     group.fail(exc)
                     raise
                 except _RESTARTABLE as exc:
+                    reason = group.cause(attempt, exc)  # before we publish our own restart
                     if not group.restarting(attempt, exc):
                         raise
                     attempt += 1
                     display.banner(
-                        f"{type(exc).__name__}: {_first_line(exc)} -- restarting every process "
+                        f"{type(reason).__name__}: {_first_line(reason)} -- restarting every "
+                        f"process "
                         f"(restart {attempt} of {config.max_restarts})"
                     )
     finally:

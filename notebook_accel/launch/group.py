@@ -1,9 +1,9 @@
 """Keep the launchers of several machines in step: one group, restarted as one.
 
-Each machine runs the same ``notebook_launcher`` call. Machine 0's launcher hosts the job's
-TCPStore for the launch's whole life (like torchrun's agent); every other launcher joins it
-as a client. The workers use the same store through ``TORCHELASTIC_USE_AGENT_STORE``, under a
-fresh ``/worker/attempt_N`` prefix per attempt, so a restart is a new rendezvous round.
+Each machine runs the same ``notebook_launcher`` call. Machine 0's launcher hosts the group
+store on ``master_port`` for the launch's whole life (like torchrun's agent); every other
+launcher joins it as a client. Each attempt's workers meet in a fresh store of their own
+(rendezvous.py), so a restart is a new rendezvous round.
 
     machine k launcher                     store on machine 0 (keys under notebook_accel/)
     ------------------                     ------------------------------------------------
@@ -124,6 +124,21 @@ class Group:
             self.store.set(key, text[:500])
 
     # -- after an attempt -------------------------------------------------------------------
+    def cause(self, attempt: int, exc: BaseException) -> BaseException:
+        """The reason to report: a peer's restart, when it came first and broke ours.
+
+        When machine 0 restarts, it closes the attempt's store, and this machine's workers
+        often fail on that before the next look at the group store: the root cause is the
+        peer's restart, not the lost connection.
+        """
+        key = f"{_KEY}restart/{attempt}"
+        if self.store is None or isinstance(exc, LaunchError):
+            return exc
+        with suppress(Exception):
+            if self.store.check([key]):  # not ours: we publish only after this
+                return PeerRestart(f"another machine restarts: {self._text(key)}")
+        return exc
+
     def restarting(self, attempt: int, exc: BaseException) -> bool:
         """Whether to start attempt ``attempt + 1`` after ``exc``; tells the other machines."""
         final = isinstance(exc, ConfigError | PeerFailed) or attempt >= self.config.max_restarts

@@ -41,6 +41,27 @@ def test_one_restart_turns_a_failure_into_success(capsys: pytest.CaptureFixture[
     assert "restarting every process (restart 1 of 1)" in out
 
 
+def _fail_after_peer_joined() -> float:
+    import torch
+    import torch.distributed as dist
+
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    if attempt == 0 and os.environ["RANK"] == "1":
+        time.sleep(1.0)  # rank 0 has written its gloo address into the rendezvous store
+        raise RuntimeError("fails after rank 0 joined")
+    if os.environ["RANK"] == "0":
+        time.sleep(0.5)  # rank 1 looks for rank 0's address first: it must not find an old one
+    dist.init_process_group("gloo")
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    return total.item()
+
+
+def test_a_restart_meets_in_a_fresh_store() -> None:
+    # In a store shared across attempts, attempt 1 would find rank 0's stale address.
+    assert debug_launcher(_fail_after_peer_joined, num_processes=2, max_restarts=1) == [2.0] * 2
+
+
 def test_without_restarts_the_first_failure_is_raised() -> None:
     with pytest.raises(RuntimeError, match="first attempt only"):
         debug_launcher(flaky, args=(0,), num_processes=2, max_restarts=0)

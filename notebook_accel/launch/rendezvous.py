@@ -76,6 +76,7 @@ def workers_store(config: LaunchConfig, group: Any | None, attempt: int,
     """The port of this attempt's workers' store (hosted here on machine 0)."""
     key = f"{_PORT_KEY}{attempt}"
     if config.node_rank != 0:
+        assert group is not None, "machines other than 0 always join the group store"
         try:
             port = int(bytes(group.get(key)))
         except (RuntimeError, ValueError) as exc:

@@ -29,6 +29,7 @@ _EXPORTS = {
     "tqdm": "notebook_accel.progress",
     "trange": "notebook_accel.progress",
     "LaunchPanel": "notebook_accel.widgets",
+    "FsdpConfig": "notebook_accel.fsdp_config",
     "NotebookAccelError": "notebook_accel.errors",
     "ConfigError": "notebook_accel.errors",
     "PayloadError": "notebook_accel.errors",

@@ -45,6 +45,7 @@ FILE_KEYS = (
     "master_addr",
     "master_port",
     "max_restarts",
+    "fsdp",
 )
 
 
@@ -91,6 +92,10 @@ class LaunchConfig:
     master_port: int | None = None
     max_restarts: int = 0
     start_method: StartMethod = "auto"
+    # FSDP sharding for the Accelerator in the workers: None (DDP), a strategy name
+    # ("full", "grad_op", "no_shard", "hybrid"), a dict of FsdpConfig fields or an FsdpConfig;
+    # normalised to an FsdpConfig (or None) on construction.
+    fsdp: Any = None
 
     def __post_init__(self) -> None:
         _check_int("num_processes", self.num_processes, 1, optional=True)
@@ -125,14 +130,21 @@ class LaunchConfig:
                 "Every machine must know where to meet.",
             )
         _check_int("max_restarts", self.max_restarts, 0)
+        if self.fsdp is not None:
+            from .fsdp_config import FsdpConfig  # imports torch: only when FSDP is asked for
+
+            object.__setattr__(self, "fsdp", FsdpConfig.coerce(self.fsdp))
 
     def replace(self, **changes: Any) -> LaunchConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
     def file_values(self) -> dict[str, Any]:
-        """The values that belong in the config file."""
-        return {key: getattr(self, key) for key in FILE_KEYS}
+        """The values that belong in the config file (JSON types only)."""
+        values = {key: getattr(self, key) for key in FILE_KEYS}
+        if self.fsdp is not None:
+            values["fsdp"] = json.loads(self.fsdp.to_option())
+        return values
 
     @classmethod
     def from_defaults(cls, **given: Any) -> LaunchConfig:

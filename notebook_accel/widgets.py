@@ -93,6 +93,7 @@ class LaunchPanel(w.VBox):
                 self.processes,
                 self.precision,
                 self.accumulation,
+                self.sharding,
                 self.seed,
                 w.HBox([self.launch_button, self.stop_button]),
             ]
@@ -113,6 +114,15 @@ class LaunchPanel(w.VBox):
         self.precision = w.Dropdown(description="Mixed precision", style=style)
         self.accumulation = w.BoundedIntText(
             description="Accumulation steps", min=1, max=1 << 16, value=1, style=style
+        )
+        self.sharding = w.Dropdown(
+            description="Model sharding",
+            style=style,
+            options=[
+                ("DDP (a full copy per process)", "no"),
+                ("FSDP full shard", "full"),
+                ("FSDP shard grads/optimizer", "grad_op"),
+            ],
         )
         self.seed = w.Text(description="Seed", placeholder="none", style=style)
         self.launch_button = w.Button(description="Launch", button_style="success", icon="play")
@@ -143,6 +153,9 @@ class LaunchPanel(w.VBox):
         self.accumulation.value = saved.get("gradient_accumulation_steps", 1)
         seed = saved.get("seed")
         self.seed.value = "" if seed is None else str(seed)
+        strategy = (saved.get("fsdp") or {}).get("sharding_strategy", "no")
+        if strategy in dict(self.sharding.options).values():
+            self.sharding.value = strategy
 
     @property
     def launch_config(self) -> LaunchConfig:
@@ -161,6 +174,7 @@ class LaunchPanel(w.VBox):
             mixed_precision=self.precision.value,
             gradient_accumulation_steps=self.accumulation.value,
             seed=seed,
+            fsdp=None if self.sharding.value == "no" else self.sharding.value,
         )
 
     # -- launching --------------------------------------------------------------------------
@@ -232,6 +246,7 @@ class LaunchPanel(w.VBox):
             self.processes,
             self.precision,
             self.accumulation,
+            self.sharding,
             self.seed,
             self.launch_button,
         ):

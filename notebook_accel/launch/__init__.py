@@ -36,6 +36,8 @@ def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
                   str(config.gradient_accumulation_steps)))
     if config.seed is not None:
         extra.append(("NOTEBOOK_ACCEL_SEED", str(config.seed)))
+    if config.fsdp is not None:
+        extra.append(("NOTEBOOK_ACCEL_FSDP", config.fsdp.to_option()))
     extra.extend(network_env(config))
     return Layout(
         num_processes=plan.num_processes,
@@ -89,6 +91,10 @@ def launch(function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | Non
     """
     payload = build(function, args, kwargs, env.snapshot())
     plan = hardware.resolve(config, machine)
+    if config.fsdp is not None and plan.num_processes * config.num_nodes < 2:
+        raise ConfigError("fsdp", config.fsdp.sharding_strategy,
+                          "FSDP with at least 2 processes (num_processes >= 2)",
+                          "With one process there is nothing to shard: pass fsdp=None.")
     if plan.backend != "xla":
         warm_up(config.start_method)
     display = display or Display(output=config.output)
@@ -146,6 +152,7 @@ def notebook_launcher(
     use_port: int | str | None = None,
     max_restarts: int | None = None,
     start_method: str | None = None,
+    fsdp: Any = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` worker processes and return every result.
 
@@ -171,6 +178,9 @@ def notebook_launcher(
         use_port: HF accelerate's name for ``master_port``.
         max_restarts: restart every worker up to this many times after a failure.
         start_method: ``"auto"`` (forkserver, else spawn), ``"forkserver"`` or ``"spawn"``.
+        fsdp: shard models with FSDP in ``Accelerator.prepare``: a strategy name
+            (``"full"``, ``"grad_op"``, ``"no_shard"``, ``"hybrid"``), a dict of
+            :class:`~notebook_accel.FsdpConfig` fields, or an FsdpConfig.
 
     Returns:
         The list of every rank's return value on this machine, in rank order.
@@ -201,6 +211,7 @@ def notebook_launcher(
         output=output, timeout=timeout, gradient_accumulation_steps=gradient_accumulation_steps,
         seed=seed, num_nodes=num_nodes, node_rank=node_rank, master_addr=master_addr,
         master_port=master_port, max_restarts=max_restarts, start_method=start_method,
+        fsdp=fsdp,
     )
     return launch(function, args, kwargs, config)
 

@@ -139,6 +139,18 @@ class LaunchConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def worker_options(self) -> dict[str, str]:
+        """The choices the workers' Accelerator reads (``env.launch_option(name)``)."""
+        out = {
+            "mixed_precision": self.mixed_precision,
+            "gradient_accumulation_steps": str(self.gradient_accumulation_steps),
+        }
+        if self.seed is not None:
+            out["seed"] = str(self.seed)
+        if self.fsdp is not None:
+            out["fsdp"] = self.fsdp.to_option()
+        return out
+
     def file_values(self) -> dict[str, Any]:
         """The values that belong in the config file (JSON types only)."""
         values = {key: getattr(self, key) for key in FILE_KEYS}

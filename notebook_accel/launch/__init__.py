@@ -32,12 +32,7 @@ _RESTARTABLE = (Exception,)
 
 def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
     extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
-    extra.append(("NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS",
-                  str(config.gradient_accumulation_steps)))
-    if config.seed is not None:
-        extra.append(("NOTEBOOK_ACCEL_SEED", str(config.seed)))
-    if config.fsdp is not None:
-        extra.append(("NOTEBOOK_ACCEL_FSDP", config.fsdp.to_option()))
+    extra.extend(env.launch_variables(**config.worker_options()).items())
     extra.extend(network_env(config))
     return Layout(
         num_processes=plan.num_processes,

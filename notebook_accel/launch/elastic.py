@@ -64,14 +64,9 @@ def torchrun_command(
 def worker_variables(config: LaunchConfig, plan: Plan) -> dict[str, str]:
     """The variables torchrun's workers need besides torchrun's own (RANK, WORLD_SIZE, ...)."""
     out = env.launch_variables(
-        launched="1",
-        device_type=plan.device_type,
-        backend=plan.backend,
-        mixed_precision=config.mixed_precision,
-        gradient_accumulation_steps=str(config.gradient_accumulation_steps),
+        launched="1", device_type=plan.device_type, backend=plan.backend,
+        **config.worker_options(),
     )
-    if config.seed is not None:
-        out.update(env.launch_variables(seed=str(config.seed)))
     if not env.get("GLOO_SOCKET_IFNAME"):
         name = network.interface_for(config.master_addr)
         if name:

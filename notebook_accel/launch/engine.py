@@ -43,7 +43,7 @@ from .payload import Payload, annotate_traceback
 
 __all__ = ["Engine", "Layout", "context", "warm_up"]
 
-_PRELOAD = ["torch", "torch.distributed", "notebook_accel.launch.worker"]
+_PRELOAD = ["torch", "torch.distributed", "notebook_accel.launch.worker", "notebook_accel.progress"]
 _TICK = 0.25  # seconds between checks when nothing arrives
 _DRAIN = 1.0  # seconds to wait for output after a worker ended
 _EXIT_GRACE = 5.0  # seconds a worker that returned its result gets to exit by itself
@@ -332,11 +332,15 @@ class Engine:
         self._drain(time.monotonic() + 0.3)
 
     def close(self) -> None:
-        """Release every pipe; the lifelines' closing kills anything still there."""
+        """Release every pipe, and stop whatever a worker started and left behind."""
         for rank in self.ranks:
             if rank.process.exitcode is None:
                 _signal_group(rank.process, signal.SIGKILL)
                 rank.process.join(timeout=2.0)
+            # A worker's group outlives it while something it started (a DataLoader worker,
+            # a subprocess) still runs; the group id stays reserved until then.
+            with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
+                os.killpg(rank.process.pid, signal.SIGKILL)  # type: ignore[arg-type]
             for conn in (rank.messages, rank.stdout, rank.stderr, rank.lifeline):
                 self._unregister(conn)
                 conn.close()

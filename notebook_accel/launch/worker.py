@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import os
@@ -138,14 +139,15 @@ def main(
             exc = exc.with_traceback(exc.__traceback__.tb_next)  # start at the user's frame
         sender.send(Failure.from_exception(exc))
     progress.detach()
+    if not failed:
+        with contextlib.suppress(Exception):
+            _finish_distributed()
     _flush_all()
     if not failed:
-        try:
-            _finish_distributed()
-        except Exception:
-            pass
         # The result goes last, after every line this rank printed has reached its pipe.
         sender.send(Result(blob))
     conn.close()
-    if failed:
-        sys.exit(1)
+    # Leave now. multiprocessing's own exit would wait for any non-daemon thread the function
+    # left running (a hang) and join its child processes; the parent stops this process
+    # group, so whatever the function started goes with it.
+    os._exit(1 if failed else 0)

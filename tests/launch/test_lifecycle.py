@@ -141,3 +141,18 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_what_a_successful_worker_started_is_stopped_too() -> None:
+    def leave_things_running() -> int:
+        import subprocess
+        import threading
+
+        subprocess.Popen(["sleep", "120"])  # never waited for
+        threading.Thread(target=time.sleep, args=(120,)).start()  # non-daemon: would block exit
+        return 1
+
+    start = time.monotonic()
+    assert debug_launcher(leave_things_running, num_processes=2) == [1, 1]
+    assert time.monotonic() - start < 10
+    assert worker_processes() == []

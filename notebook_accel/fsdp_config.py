@@ -51,7 +51,11 @@ class FsdpConfig:
         return_freed_memory: on CPU with glibc, serve allocations of 1 MiB and more with mmap,
             so that the weights FSDP gathers and frees for every layer go back to the system
             (without it glibc's adaptive threshold keeps them in its heap and a rank's peak RSS
-            ends up above DDP's; see benchmarks/fsdp_memory.py). Process-wide.
+            ends up above DDP's; see benchmarks/fsdp_memory.py). So that these fresh blocks
+            are not faulted in 4 KiB at a time, it also sets ``THP_MEM_ALLOC_ENABLE=1`` (torch
+            then asks for transparent huge pages for blocks of 2 MiB and more) unless that
+            variable is already set; torch reads it at the process's first allocation, so
+            create the Accelerator before any tensor. Process-wide.
 
     Example:
         >>> FsdpConfig(sharding_strategy="grad_op", auto_wrap_classes=("Linear",))

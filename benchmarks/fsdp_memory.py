@@ -146,11 +146,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="per process")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--only", action="append", choices=list(VARIANTS), help="run this variant (repeatable)"
+    )
     args = parser.parse_args()
     cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "steps": args.steps}
-    step_ms: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    peak_mib: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    names = list(VARIANTS)
+    names = args.only or list(VARIANTS)
+    step_ms: dict[str, list[float]] = {name: [] for name in names}
+    peak_mib: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(args.rounds):
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             ranks = debug_launcher(VARIANTS[name], args=(cfg,), num_processes=2, output="none")
@@ -163,18 +166,19 @@ def main() -> None:
         f"processes (gloo), {args.steps - args.warmup} timed steps x {args.rounds} rounds; "
         f"torch {torch.__version__}"
     )
-    ddp_mem = statistics.median(peak_mib["DDP (ours)"])
-    acc_ms = statistics.median(step_ms["FSDP (accelerate)"])
+    # Ratios need their reference variant; with --only they may be missing (nan).
+    ddp_mem = statistics.median(peak_mib.get("DDP (ours)") or [float("nan")])
+    acc_ms = statistics.median(step_ms.get("FSDP (accelerate)") or [float("nan")])
     header = f"{'variant':<20}{'peak RSS/rank MiB':>19}{'vs DDP':>8}{'ms/step':>10}"
     print(header + f"{'vs acc FSDP':>13}")
-    for name in VARIANTS:
+    for name in names:
         ms, mem = statistics.median(step_ms[name]), statistics.median(peak_mib[name])
         print(f"{name:<20}{mem:>19.0f}{mem / ddp_mem:>7.2f}x{ms:>10.0f}{ms / acc_ms:>12.2f}x")
     print(
         "per-round (MiB, ms):",
         {
             k: [(round(m), round(t)) for m, t in zip(peak_mib[k], step_ms[k], strict=True)]
-            for k in VARIANTS
+            for k in names
         },
     )
 

@@ -34,6 +34,12 @@ def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
     extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
     extra.extend(env.launch_variables(**config.worker_options()).items())
     extra.extend(network_env(config))
+    fsdp = config.fsdp
+    if (fsdp is not None and fsdp.return_freed_memory and plan.device_type == "cpu"
+            and env.get("THP_MEM_ALLOC_ENABLE") is None):
+        # Huge pages for FSDP's gathered buffers (fsdp.py): torch reads this at a process's
+        # first tensor, so setting it at start also covers tensors made before Accelerator().
+        extra.append(("THP_MEM_ALLOC_ENABLE", "1"))
     return Layout(
         num_processes=plan.num_processes,
         node_rank=config.node_rank,

@@ -52,8 +52,13 @@ print(json.dumps({"first": first, "warm": warm}))
 
 
 def measure(which: str) -> dict[str, float]:
-    done = subprocess.run([sys.executable, "-c", _CHILD, which, str(WARM)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, which, str(WARM)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{which} failed:\n{done.stderr[-3000:]}")
     data = json.loads(done.stdout.strip().splitlines()[-1])

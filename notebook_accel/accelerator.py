@@ -234,9 +234,7 @@ class Accelerator:
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
         """Skip DDP's gradient all-reduce inside the block (a no-op in one process)."""
         with (
-            model.no_sync()
-            if isinstance(model, DistributedDataParallel)
-            else fsdp_.no_sync(model)
+            model.no_sync() if isinstance(model, DistributedDataParallel) else fsdp_.no_sync(model)
         ):
             yield
 

@@ -67,8 +67,12 @@ def _launch_parser(sub: Any) -> None:
     _add(p, "max_restarts", type=int, metavar="N", help="restart the group up to N times")
     _add(p, "output", choices=get_args(OutputMode), help="whose output lines to show")
     _add(p, "timeout", type=float, metavar="SECONDS", help="stop a launch that runs longer")
-    _add(p, "fsdp", metavar="STRATEGY|JSON",
-         help="shard models with FSDP: full, grad_op, no_shard, hybrid, or FsdpConfig JSON")
+    _add(
+        p,
+        "fsdp",
+        metavar="STRATEGY|JSON",
+        help="shard models with FSDP: full, grad_op, no_shard, hybrid, or FsdpConfig JSON",
+    )
     _add(
         p,
         "rendezvous_timeout",

@@ -115,8 +115,9 @@ class LaunchConfig:
         _check_int("node_rank", self.node_rank, 0)
         if self.node_rank >= self.num_nodes:
             raise ConfigError(
-                "node_rank", self.node_rank, f"an int in [0, {self.num_nodes - 1}] (num_nodes="
-                f"{self.num_nodes})"
+                "node_rank",
+                self.node_rank,
+                f"an int in [0, {self.num_nodes - 1}] (num_nodes={self.num_nodes})",
             )
         if not isinstance(self.master_addr, str) or not self.master_addr:
             raise ConfigError("master_addr", self.master_addr, "a host name or IP address")
@@ -126,7 +127,9 @@ class LaunchConfig:
                 raise ConfigError("master_port", self.master_port, "a TCP port in [1, 65535]")
         if self.num_nodes > 1 and self.master_port is None:
             raise ConfigError(
-                "master_port", None, "a fixed TCP port when num_nodes > 1",
+                "master_port",
+                None,
+                "a fixed TCP port when num_nodes > 1",
                 "Every machine must know where to meet.",
             )
         _check_int("max_restarts", self.max_restarts, 0)
@@ -179,8 +182,9 @@ def load_file(path: Path | None = None) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except OSError as exc:
-        warnings.warn(f"notebook_accel: cannot read {path} ({exc}); using the defaults.",
-                      stacklevel=2)
+        warnings.warn(
+            f"notebook_accel: cannot read {path} ({exc}); using the defaults.", stacklevel=2
+        )
         return {}
     try:
         data = json.loads(text)

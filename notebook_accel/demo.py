@@ -19,8 +19,9 @@ def train(epochs: int = 3, lr: float = 0.05) -> dict[str, Any]:
     set_seed(0)
     x = torch.randn(2048, 16)
     y = x @ torch.randn(16, 1) + 0.1 * torch.randn(2048, 1)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64,
-                                       shuffle=True)
+    data = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=64, shuffle=True
+    )
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     model, optimizer, data = accelerator.prepare(model, optimizer, data)
@@ -48,8 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     from notebook_accel import notebook_launcher
 
-    results = notebook_launcher(train, args=(options.epochs,), num_processes=options.processes,
-                                mixed_precision=options.precision, hardware="cpu")
+    results = notebook_launcher(
+        train,
+        args=(options.epochs,),
+        num_processes=options.processes,
+        mixed_precision=options.precision,
+        hardware="cpu",
+    )
     for result in results:
         print(result)
     first, last = results[0]["losses"][0], results[0]["losses"][-1]

@@ -199,7 +199,10 @@ def _cuda_from_nvidia_smi() -> tuple[tuple[str, ...], bool | None]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index,uuid,name,compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return (), None
@@ -285,9 +288,7 @@ def resolve(config: LaunchConfig, machine: Machine | None = None) -> Plan:
     bound = kind.count(machine)
     n = config.num_processes or kind.default_processes(machine)
     if bound and n > bound:
-        raise ConfigError(
-            "num_processes", n, f"an int in [1, {bound}] on {kind.describe(machine)}"
-        )
+        raise ConfigError("num_processes", n, f"an int in [1, {bound}] on {kind.describe(machine)}")
     precisions = ("no",) if config.mixed_precision == "no" else kind.precisions(machine)
     if config.mixed_precision not in precisions:
         raise ConfigError(

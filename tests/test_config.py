@@ -24,8 +24,9 @@ def test_round_trip_and_atomic_write() -> None:
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"num_processes": -4}',
-                                  '{"mixed_precision": "fp8"}'])
+@pytest.mark.parametrize(
+    "text", ["{not json", "[1, 2]", '{"num_processes": -4}', '{"mixed_precision": "fp8"}']
+)
 def test_a_broken_file_warns_and_gives_defaults(text: str) -> None:
     _config_path().write_text(text)
     with pytest.warns(UserWarning, match="is not valid"):

@@ -36,8 +36,7 @@ def test_launch_option_shards_the_model_in_every_worker() -> None:
         ({"fsdp": "full", "num_processes": 1}, "fsdp"),
     ],
 )
-def test_bad_fsdp_is_refused_before_any_process(kwargs: dict[str, object],
-                                                parameter: str) -> None:
+def test_bad_fsdp_is_refused_before_any_process(kwargs: dict[str, object], parameter: str) -> None:
     with pytest.raises(ConfigError) as info:
         notebook_launcher(_shard_sizes, hardware="cpu", **kwargs)  # type: ignore[arg-type]
     assert info.value.parameter == parameter

@@ -33,8 +33,9 @@ def test_cpu_only_machine_resolves_to_gloo() -> None:
     assert plan.describe() == "Launching 2 processes on CPU (gloo)"
 
 
-def test_gpus_are_counted_through_nvidia_smi(fake_gpus: None,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpus_are_counted_through_nvidia_smi(
+    fake_gpus: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     machine = hardware.detect()
     assert machine.cuda_count == 3 and machine.cuda_bf16 is True
     plan = hardware.resolve(LaunchConfig(), machine)

@@ -1,12 +1,12 @@
 """``notebook_launcher`` and ``debug_launcher``: run a cell's function on N processes.
 
-    notebook_launcher(fn, args, ...)
-      -> LaunchConfig (defaults from the config file; validated)
-      -> hardware.resolve: "auto" -> TPU / CUDA / MPS / CPU, bounds and precision checked
-      -> payload.build: cloudpickle by value, the culprit named if it does not pickle
-      -> rendezvous.py: a TCPStore hosted here, on loopback at a port the OS picks
-      -> Engine(...).run()  or, on TPU, xla.run(...)
-      -> [result of rank 0, result of rank 1, ...]
+notebook_launcher(fn, args, ...)
+  -> LaunchConfig (defaults from the config file; validated)
+  -> hardware.resolve: "auto" -> TPU / CUDA / MPS / CPU, bounds and precision checked
+  -> payload.build: cloudpickle by value, the culprit named if it does not pickle
+  -> rendezvous.py: a TCPStore hosted here, on loopback at a port the OS picks
+  -> Engine(...).run()  or, on TPU, xla.run(...)
+  -> [result of rank 0, result of rank 1, ...]
 """
 
 from __future__ import annotations
@@ -35,8 +35,12 @@ def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
     extra.extend(env.launch_variables(**config.worker_options()).items())
     extra.extend(network_env(config))
     fsdp = config.fsdp
-    if (fsdp is not None and fsdp.return_freed_memory and plan.device_type == "cpu"
-            and env.get("THP_MEM_ALLOC_ENABLE") is None):
+    if (
+        fsdp is not None
+        and fsdp.return_freed_memory
+        and plan.device_type == "cpu"
+        and env.get("THP_MEM_ALLOC_ENABLE") is None
+    ):
         # Huge pages for FSDP's gathered buffers (fsdp.py): torch reads this at a process's
         # first tensor, so setting it at start also covers tensors made before Accelerator().
         extra.append(("THP_MEM_ALLOC_ENABLE", "1"))
@@ -52,8 +56,9 @@ def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
     )
 
 
-def _stoppable(watch: Callable[[], None] | None,
-               stop: threading.Event | None) -> Callable[[], None] | None:
+def _stoppable(
+    watch: Callable[[], None] | None, stop: threading.Event | None
+) -> Callable[[], None] | None:
     """[panel hook, widgets.py] A set ``stop`` event ends the launch as an interrupt does."""
     if stop is None:
         return watch
@@ -67,24 +72,39 @@ def _stoppable(watch: Callable[[], None] | None,
     return check
 
 
-def _run_once(config: LaunchConfig, plan: hardware.Plan, payload: Payload, display: Display,
-              attempt: int, port: int, group: Group,
-              stop: threading.Event | None = None) -> list[Any]:
+def _run_once(
+    config: LaunchConfig,
+    plan: hardware.Plan,
+    payload: Payload,
+    display: Display,
+    attempt: int,
+    port: int,
+    group: Group,
+    stop: threading.Event | None = None,
+) -> list[Any]:
     layout = _layout(config, plan, attempt)
     if plan.backend == "xla":
         from .xla import run as run_on_xla  # imports torch_xla: only on TPU machines
 
         return run_on_xla(layout, payload, display, config.timeout)
-    engine = Engine(layout, payload, display, port, config.start_method,
-                    _stoppable(group.watch(attempt), stop))
+    engine = Engine(
+        layout, payload, display, port, config.start_method, _stoppable(group.watch(attempt), stop)
+    )
     result = engine.run(config.timeout)
     group.done(attempt)
     return result
 
 
-def launch(function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | None,
-           config: LaunchConfig, machine: hardware.Machine | None = None, *,
-           display: Display | None = None, stop: threading.Event | None = None) -> list[Any]:
+def launch(
+    function: Callable[..., Any],
+    args: Any,
+    kwargs: dict[str, Any] | None,
+    config: LaunchConfig,
+    machine: hardware.Machine | None = None,
+    *,
+    display: Display | None = None,
+    stop: threading.Event | None = None,
+) -> list[Any]:
     """Validate everything, then run (and restart up to ``config.max_restarts`` times).
 
     ``display`` and ``stop`` are the launch panel's hooks (widgets.py): its own display, and
@@ -93,9 +113,12 @@ def launch(function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | Non
     payload = build(function, args, kwargs, env.snapshot())
     plan = hardware.resolve(config, machine)
     if config.fsdp is not None and plan.num_processes * config.num_nodes < 2:
-        raise ConfigError("fsdp", config.fsdp.sharding_strategy,
-                          "FSDP with at least 2 processes (num_processes >= 2)",
-                          "With one process there is nothing to shard: pass fsdp=None.")
+        raise ConfigError(
+            "fsdp",
+            config.fsdp.sharding_strategy,
+            "FSDP with at least 2 processes (num_processes >= 2)",
+            "With one process there is nothing to shard: pass fsdp=None.",
+        )
     if plan.backend != "xla":
         warm_up(config.start_method)
     display = display or Display(output=config.output)
@@ -105,13 +128,13 @@ def launch(function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | Non
     # group.py); each attempt's workers meet in a fresh store (rendezvous.py).
     world_size = plan.num_processes * config.num_nodes
     try:
-        with group_store(config, world_size) as (store, port), \
-                joined(config, store, port) as group:
+        with group_store(config, world_size) as (store, port), joined(config, store, port) as group:
             while True:
                 try:
                     with workers_store(config, group.store, attempt, world_size) as wport:
-                        return _run_once(config, plan, payload, display, attempt, wport,
-                                         group, stop)
+                        return _run_once(
+                            config, plan, payload, display, attempt, wport, group, stop
+                        )
                 except LaunchTimeoutError as exc:
                     group.fail(exc)
                     raise
@@ -208,18 +231,31 @@ def notebook_launcher(
         except ValueError:
             raise ConfigError("use_port", use_port, "a TCP port number") from None
     config = LaunchConfig.from_defaults(
-        num_processes=num_processes, mixed_precision=mixed_precision, hardware=hardware,
-        output=output, timeout=timeout, gradient_accumulation_steps=gradient_accumulation_steps,
-        seed=seed, num_nodes=num_nodes, node_rank=node_rank, master_addr=master_addr,
-        master_port=master_port, max_restarts=max_restarts, start_method=start_method,
+        num_processes=num_processes,
+        mixed_precision=mixed_precision,
+        hardware=hardware,
+        output=output,
+        timeout=timeout,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        seed=seed,
+        num_nodes=num_nodes,
+        node_rank=node_rank,
+        master_addr=master_addr,
+        master_port=master_port,
+        max_restarts=max_restarts,
+        start_method=start_method,
         fsdp=fsdp,
     )
     return launch(function, args, kwargs, config)
 
 
 def debug_launcher(
-    function: Callable[..., Any], args: tuple[Any, ...] = (), num_processes: int = 2,
-    *, kwargs: dict[str, Any] | None = None, **options: Any,
+    function: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    num_processes: int = 2,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    **options: Any,
 ) -> list[Any]:
     """``notebook_launcher`` on CPU processes only, ignoring the config file: for tests.
 
@@ -229,6 +265,3 @@ def debug_launcher(
     """
     config = LaunchConfig(num_processes=num_processes, hardware="cpu", **options)
     return launch(function, args, kwargs, config)
-
-
-

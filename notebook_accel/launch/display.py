@@ -123,15 +123,23 @@ class TqdmBar:
 
     _CONSTRUCTOR = ("leave", "unit_scale", "unit_divisor", "bar_format", "colour", "ascii")
 
-    def __init__(self, prefix: str, message: Progress, options: dict[str, Any],
-                 file: TextIO) -> None:
+    def __init__(
+        self, prefix: str, message: Progress, options: dict[str, Any], file: TextIO
+    ) -> None:
         from tqdm.auto import tqdm
 
         extra = {k: options[k] for k in self._CONSTRUCTOR if k in options}
         self.label = message.desc
         self._prefix = prefix
-        self.bar = tqdm(total=message.total, desc=prefix + message.desc, unit=message.unit,
-                        file=file, dynamic_ncols=True, initial=message.n, **extra)
+        self.bar = tqdm(
+            total=message.total,
+            desc=prefix + message.desc,
+            unit=message.unit,
+            file=file,
+            dynamic_ncols=True,
+            initial=message.n,
+            **extra,
+        )
 
     def show(self, message: Progress, postfix: str) -> None:
         bar = self.bar

@@ -64,7 +64,9 @@ def torchrun_command(
 def worker_variables(config: LaunchConfig, plan: Plan) -> dict[str, str]:
     """The variables torchrun's workers need besides torchrun's own (RANK, WORLD_SIZE, ...)."""
     out = env.launch_variables(
-        launched="1", device_type=plan.device_type, backend=plan.backend,
+        launched="1",
+        device_type=plan.device_type,
+        backend=plan.backend,
         **config.worker_options(),
     )
     if not env.get("GLOO_SOCKET_IFNAME"):

@@ -1,20 +1,20 @@
 """Start, supervise and stop the workers of one launch.
 
-    parent (notebook kernel)                         forkserver (imported torch once)
-    ------------------------                         ---------------------------------
-    TCPStore on loopback, port 0  <--- every rank connects (TORCHELASTIC_USE_AGENT_STORE)
-    per rank: message pipe, stdout pipe, stderr pipe, lifeline pipe
-    Process(target=worker.main).start()  -------->   fork -> worker.main(rank ...)
-    loop over selectors:
-      stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
-      Progress              -> display.progress
-      Result                -> results[rank]
-      Failure               -> stop the others, re-raise the earliest failure
-      a worker's sentinel   -> died without a message? WorkerDiedError
-      deadline              -> LaunchTimeoutError
-      KeyboardInterrupt     -> stop everyone, re-raise
-    finally: SIGTERM -> grace -> SIGKILL to each worker's process group; close every fd and
-             the store, so nothing outlives the call.
+parent (notebook kernel)                         forkserver (imported torch once)
+------------------------                         ---------------------------------
+TCPStore on loopback, port 0  <--- every rank connects (TORCHELASTIC_USE_AGENT_STORE)
+per rank: message pipe, stdout pipe, stderr pipe, lifeline pipe
+Process(target=worker.main).start()  -------->   fork -> worker.main(rank ...)
+loop over selectors:
+  stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
+  Progress              -> display.progress
+  Result                -> results[rank]
+  Failure               -> stop the others, re-raise the earliest failure
+  a worker's sentinel   -> died without a message? WorkerDiedError
+  deadline              -> LaunchTimeoutError
+  KeyboardInterrupt     -> stop everyone, re-raise
+finally: SIGTERM -> grace -> SIGKILL to each worker's process group; close every fd and
+         the store, so nothing outlives the call.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ _EXIT_GRACE = 5.0  # seconds a worker that returned its result gets to exit by i
 def context(method: str = "auto") -> multiprocessing.context.BaseContext:
     """A forkserver context that imported torch once; spawn where there is no forkserver."""
     if method == "auto":
-        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else (
-            "spawn"
+        method = (
+            "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else ("spawn")
         )
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
@@ -370,8 +370,14 @@ def _read(conn: Connection) -> bytes:
         return b""
 
 
-_COLLATERAL_WORDS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-                     "gloo", "NCCL", "ProcessGroup")
+_COLLATERAL_WORDS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "gloo",
+    "NCCL",
+    "ProcessGroup",
+)
 
 
 def _collateral(failure: Failure) -> bool:
@@ -398,8 +404,10 @@ def _rebuild(rank: int, failure: Failure, world_size: int, text: str) -> BaseExc
         )
     with contextlib.suppress(AttributeError, TypeError):
         exc.rank = rank  # type: ignore[attr-defined]
-    exc.add_note(f"[notebook_accel] raised on rank {rank} of {world_size}; the worker's "
-                 "traceback is shown above.")
+    exc.add_note(
+        f"[notebook_accel] raised on rank {rank} of {world_size}; the worker's "
+        "traceback is shown above."
+    )
     exc.__cause__ = RemoteTraceback(f"Traceback from rank {rank}:\n{text}")
     exc.__suppress_context__ = True
     return exc

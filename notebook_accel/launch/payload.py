@@ -43,8 +43,10 @@ class Payload:
 
 def _describe(obj: object) -> str:
     kind = type(obj)
-    return f"a {kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else (
-        f"a {kind.__qualname__}"
+    return (
+        f"a {kind.__module__}.{kind.__qualname__}"
+        if kind.__module__ != "builtins"
+        else (f"a {kind.__qualname__}")
     )
 
 
@@ -120,7 +122,7 @@ def _code_origins(function: Callable[..., Any]) -> tuple[tuple[str, str], ...]:
         if inspect.isfunction(item):
             codes.append(item.__code__)
             pending.extend(v for _, v in _captures(item) if inspect.isfunction(v))
-        for const in (item.__code__.co_consts if inspect.isfunction(item) else ()):
+        for const in item.__code__.co_consts if inspect.isfunction(item) else ():
             if isinstance(const, types.CodeType):
                 codes.append(const)
     origins: dict[str, str] = {}
@@ -159,8 +161,10 @@ def build(
     if not callable(function):
         raise ConfigError("function", function, "a callable (a function defined in a cell, say)")
     if not isinstance(args, tuple):
-        hint = "Wrap a single argument as args=(value,)." if not isinstance(args, list) else (
-            "Pass a tuple: args=tuple(...)."
+        hint = (
+            "Wrap a single argument as args=(value,)."
+            if not isinstance(args, list)
+            else ("Pass a tuple: args=tuple(...).")
         )
         raise ConfigError("args", args, "a tuple of positional arguments", hint)
     kwargs = dict(kwargs or {})
@@ -173,8 +177,13 @@ def build(
             "Create it inside the function instead of capturing it from the notebook.",
             culprit=culprit,
         ) from exc
-    return Payload(call=call, sys_path=tuple(sys.path), cwd=os.getcwd(), environ=environ,
-                   code_origins=_code_origins(function))
+    return Payload(
+        call=call,
+        sys_path=tuple(sys.path),
+        cwd=os.getcwd(),
+        environ=environ,
+        code_origins=_code_origins(function),
+    )
 
 
 def load(payload: Payload) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:

@@ -44,15 +44,23 @@ def _hosted(host: str, port: int, backlog: int) -> Iterator[tuple[Any, int]]:
     except OSError as exc:
         sock.close()
         raise ConfigError(
-            "master_port", port, "a free TCP port",
+            "master_port",
+            port,
+            "a free TCP port",
             f"Binding it failed: {exc}. Pass master_port=None to let the OS pick one.",
         ) from exc
     bound = sock.getsockname()[1]
     # TCPStore binds to every interface when it opens the port itself; handing it our socket
     # keeps a single-machine launch on loopback. The store owns and closes the socket.
     store = dist.TCPStore(
-        host, bound, None, True, _STORE_TIMEOUT, wait_for_workers=False,
-        master_listen_fd=sock.detach(), use_libuv=True,
+        host,
+        bound,
+        None,
+        True,
+        _STORE_TIMEOUT,
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),
+        use_libuv=True,
     )
     try:
         yield store, bound
@@ -71,8 +79,9 @@ def group_store(config: LaunchConfig, world_size: int) -> Iterator[tuple[Any | N
 
 
 @contextmanager
-def workers_store(config: LaunchConfig, group: Any | None, attempt: int,
-                  world_size: int) -> Iterator[int]:
+def workers_store(
+    config: LaunchConfig, group: Any | None, attempt: int, world_size: int
+) -> Iterator[int]:
     """The port of this attempt's workers' store (hosted here on machine 0)."""
     key = f"{_PORT_KEY}{attempt}"
     if config.node_rank != 0:

@@ -1,12 +1,12 @@
 """The worker's entry point (an importable module, so the forkserver can preload it).
 
-    forkserver child
-      -> own process group (the parent stops the worker and anything it started at once)
-      -> fd 1 and fd 2 -> the parent's output pipes (C code's writes are relayed too)
-      -> lifeline thread: the parent died -> kill our process group
-      -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
-      -> unpickle the call, run it
-      -> Result(value) or Failure(exception) over the channel
+forkserver child
+  -> own process group (the parent stops the worker and anything it started at once)
+  -> fd 1 and fd 2 -> the parent's output pipes (C code's writes are relayed too)
+  -> lifeline thread: the parent died -> kill our process group
+  -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
+  -> unpickle the call, run it
+  -> Result(value) or Failure(exception) over the channel
 """
 
 from __future__ import annotations
@@ -37,11 +37,15 @@ def _redirect(conn: Connection, fd: int) -> None:
 def _line_buffered_stdio() -> None:
     """Python and C streams flush each line, so the parent relays lines as they happen."""
     sys.stdout = io.TextIOWrapper(
-        open(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace",
+        open(1, "wb", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
         line_buffering=True,
     )
     sys.stderr = io.TextIOWrapper(
-        open(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace",
+        open(2, "wb", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
         line_buffering=True,
     )
     try:

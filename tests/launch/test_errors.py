@@ -68,8 +68,7 @@ def test_unpicklable_exception_becomes_worker_error() -> None:
         ("segv", -signal.SIGSEGV, "SIGSEGV (a segmentation fault"),
     ],
 )
-def test_death_without_exception_names_rank_and_cause(how: str, exitcode: int,
-                                                       words: str) -> None:
+def test_death_without_exception_names_rank_and_cause(how: str, exitcode: int, words: str) -> None:
     def die() -> None:
         if os.environ["RANK"] != "1":
             time.sleep(60)

@@ -40,7 +40,11 @@ def _run_notebook() -> list[Any]:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
     client = NotebookClient(
-        nb, kernel_name="python3", timeout=90, allow_errors=True, interrupt_on_timeout=True,
+        nb,
+        kernel_name="python3",
+        timeout=90,
+        allow_errors=True,
+        interrupt_on_timeout=True,
         timeout_func=lambda cell: 8 if "time.sleep(120)" in cell.source else 90,
         resources={"metadata": {"path": str(ROOT)}},
     )
@@ -54,8 +58,9 @@ def cells() -> list[Any]:
 
 
 def _stream_text(cell: Any, name: str = "stdout") -> str:
-    return "".join(o["text"] for o in cell.outputs if o["output_type"] == "stream"
-                   and o["name"] == name)
+    return "".join(
+        o["text"] for o in cell.outputs if o["output_type"] == "stream" and o["name"] == name
+    )
 
 
 def _result(cell: Any) -> str:
@@ -70,8 +75,9 @@ def test_cell_shows_whole_rank_prefixed_lines_and_returns_the_list(cells: list[A
     assert lines[0] == "Launching 2 processes on CPU (gloo)"
     for rank in (0, 1):
         mine = [line for line in lines if line.startswith(f"[rank {rank}] ")]
-        assert mine == [f"[rank {rank}] rank-says {rank} step {i:02d} " + "y" * 200
-                        for i in range(20)]
+        assert mine == [
+            f"[rank {rank}] rank-says {rank} step {i:02d} " + "y" * 200 for i in range(20)
+        ]
     assert _result(cells[1]) == "[0, 10]"
 
 

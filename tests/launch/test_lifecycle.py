@@ -54,7 +54,10 @@ _INTERRUPT_SCRIPT = textwrap.dedent("""
 def test_interrupt_stops_every_worker_and_the_next_launch_works(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _INTERRUPT_SCRIPT, str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
@@ -98,8 +101,13 @@ _CONCURRENT_SCRIPT = textwrap.dedent("""
 
 def test_two_notebooks_at_once_never_collide() -> None:
     procs = [
-        subprocess.Popen([sys.executable, "-c", _CONCURRENT_SCRIPT], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", _CONCURRENT_SCRIPT],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     for proc in procs:
@@ -118,8 +126,9 @@ def test_a_dead_parent_takes_its_workers_along(tmp_path: Path) -> None:
             time.sleep(120)
         debug_launcher(train, num_processes=2)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     pids = []
     while len(pids) < 2:

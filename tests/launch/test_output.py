@@ -75,8 +75,9 @@ def test_relay_in_a_plain_terminal_script(tmp_path: object) -> None:
         if __name__ == "__main__":
             print(notebook_launcher(f, num_processes=2, hardware="cpu"))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, cwd=os.getcwd())
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=os.getcwd()
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert sorted(lines[1:3]) == ["[rank 0] hello", "[rank 1] hello"]
@@ -87,15 +88,18 @@ def test_a_script_without_main_guard_is_not_re_run(tmp_path: object) -> None:
     from pathlib import Path
 
     path = Path(str(tmp_path)) / "train.py"
-    path.write_text(textwrap.dedent("""
+    path.write_text(
+        textwrap.dedent("""
         from notebook_accel import notebook_launcher
         print("top level ran")
         def f():
             return 2
         print(notebook_launcher(f, num_processes=2, hardware="cpu"))
-    """))
-    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
-                          timeout=120, cwd=os.getcwd())
+    """)
+    )
+    done = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=120, cwd=os.getcwd()
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("top level ran") == 1
     assert done.stdout.splitlines()[-1] == "[2, 2]"

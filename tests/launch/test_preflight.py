@@ -74,8 +74,10 @@ class _Holder:
     [
         (lambda lock: (lambda: lock.acquire(), ()), "variable 'lock' (captured by"),
         (lambda lock: (_noop, ((x for x in range(3)),)), "args[0] (a generator)"),
-        (lambda lock: (_noop, ({"model": 1, "sock": socket.socket()},)),
-         "args[0]['sock'] (a socket.socket)"),
+        (
+            lambda lock: (_noop, ({"model": 1, "sock": socket.socket()},)),
+            "args[0]['sock'] (a socket.socket)",
+        ),
         (lambda lock: (_noop, (_Holder(),)), "args[0].conn (a socket.socket)"),
     ],
 )

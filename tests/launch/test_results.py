@@ -18,7 +18,9 @@ def _rank_times(x: int, scale: int = 1) -> int:
 
 def test_returns_every_rank_value_in_rank_order() -> None:
     assert notebook_launcher(_rank_times, args=(10,), num_processes=3, hardware="cpu") == [
-        0, 10, 20
+        0,
+        10,
+        20,
     ]
     assert debug_launcher(_rank_times, args=(5,), num_processes=2, kwargs={"scale": 3}) == [0, 15]
 
@@ -41,17 +43,29 @@ def _distributed_view() -> dict[str, object]:
     dist.init_process_group()  # env:// with no arguments must just work
     t = torch.tensor([float(dist.get_rank() + 1)])
     dist.all_reduce(t)
-    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-            "MASTER_PORT", "NOTEBOOK_ACCEL_MIXED_PRECISION", "SET_IN_CELL")
-    return {"sum": t.item(), "backend": dist.get_backend_config(),
-            **{k: os.environ.get(k) for k in keys}}
+    keys = (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NOTEBOOK_ACCEL_MIXED_PRECISION",
+        "SET_IN_CELL",
+    )
+    return {
+        "sum": t.item(),
+        "backend": dist.get_backend_config(),
+        **{k: os.environ.get(k) for k in keys},
+    }
 
 
 def test_workers_get_the_torch_distributed_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     debug_launcher(_rank_times, args=(1,), num_processes=1)  # the forkserver is already up
     monkeypatch.setenv("SET_IN_CELL", "yes")  # set after the forkserver started
-    views = notebook_launcher(_distributed_view, num_processes=2, mixed_precision="bf16",
-                              hardware="cpu")
+    views = notebook_launcher(
+        _distributed_view, num_processes=2, mixed_precision="bf16", hardware="cpu"
+    )
     assert [v["RANK"] for v in views] == ["0", "1"]
     assert [v["LOCAL_RANK"] for v in views] == ["0", "1"]
     for view in views:
@@ -64,21 +78,24 @@ def test_workers_get_the_torch_distributed_variables(monkeypatch: pytest.MonkeyP
         assert view["SET_IN_CELL"] == "yes"
 
 
-def test_sys_path_and_working_directory_travel(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "user_helpers.py").write_text(textwrap.dedent("""
+def test_sys_path_and_working_directory_travel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "user_helpers.py").write_text(
+        textwrap.dedent("""
         import os
         def where():
             return os.getcwd(), open("data.txt").read()
-    """))
+    """)
+    )
     (tmp_path / "data.txt").write_text("local file")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     import user_helpers  # by reference: the worker must import it from the same sys.path
 
-    assert debug_launcher(user_helpers.where, num_processes=2) == [
-        (str(tmp_path), "local file")
-    ] * 2
+    assert (
+        debug_launcher(user_helpers.where, num_processes=2) == [(str(tmp_path), "local file")] * 2
+    )
     sys.modules.pop("user_helpers", None)
 
 

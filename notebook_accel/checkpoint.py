@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,13 +163,19 @@ def load_state(
     if read_sharded is not None:
         read_sharded(folder)
     rng_path = folder / f"random_states_{state.rank}.pt"
-    if not rng_path.is_file():
-        raise CheckpointError(
-            rng_path,
-            f"missing: the checkpoint was saved by {meta['num_processes']} processes, "
-            f"this job has {state.world_size}",
+    if rng_path.is_file():
+        restore_rng_state(_load(rng_path))
+    elif meta["num_processes"] != state.world_size:
+        # Resuming on more processes than saved: weights and optimizer state load (sharded
+        # state is resharded), but this rank has no saved random stream to continue.
+        warnings.warn(
+            f"{rng_path.name} is not in {folder}: it was saved by {meta['num_processes']} "
+            f"processes and this job has {state.world_size}; rank {state.rank} keeps its "
+            "current random state, so the run does not repeat the saved one exactly.",
+            stacklevel=2,
         )
-    restore_rng_state(_load(rng_path))
+    else:
+        raise CheckpointError(rng_path, "missing: the checkpoint is incomplete")
     state.barrier()
     return dict(meta["extra"])
 

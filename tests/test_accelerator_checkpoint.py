@@ -188,7 +188,7 @@ def test_missing_or_mismatched_checkpoint_names_the_file(tmp_path: Path) -> None
     assert shape.value.path.endswith("model_0.pt")
 
     (tmp_path / "ckpt" / "random_states_0.pt").unlink()
-    with pytest.raises(CheckpointError, match="saved by 1 processes") as rng:
+    with pytest.raises(CheckpointError, match="missing: the checkpoint is incomplete") as rng:
         acc.load_state(tmp_path / "ckpt")
     assert rng.value.path.endswith("random_states_0.pt")
 
@@ -198,3 +198,32 @@ def test_crash_between_the_two_renames_is_recovered(tmp_path: Path) -> None:
     acc.save_state(tmp_path / "ckpt")
     (tmp_path / "ckpt").rename(tmp_path / ".ckpt.old")  # as if killed right after rename 1
     acc.load_state(tmp_path / "ckpt")
+
+
+def _save_on_two(folder: str) -> list[float]:
+    acc, model, *_ = prepared()
+    acc.save_state(folder)
+    return [float(p.sum()) for p in acc.unwrap_model(model).parameters()]
+
+
+def _load_on_three(folder: str) -> tuple[list[float], list[str]]:
+    import warnings
+
+    acc, model, *_ = prepared()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        acc.load_state(folder)
+    return [float(p.sum()) for p in acc.unwrap_model(model).parameters()], [
+        str(w.message) for w in caught
+    ]
+
+
+def test_a_checkpoint_resumes_on_more_processes(tmp_path: Path) -> None:
+    from notebook_accel import debug_launcher
+
+    folder = str(tmp_path / "ckpt")
+    saved = debug_launcher(_save_on_two, args=(folder,), num_processes=2)[0]
+    loaded = debug_launcher(_load_on_three, args=(folder,), num_processes=3)
+    assert all(weights == pytest.approx(saved) for weights, _ in loaded)
+    assert loaded[0][1] == [] and loaded[1][1] == []  # ranks 0 and 1 had their own files
+    assert "saved by 2 processes and this job has 3" in loaded[2][1][0]

@@ -26,10 +26,6 @@ from .rendezvous import group_store, workers_store
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 
-# Failures after which a restart can help (not a bad argument, not the user's stop button).
-_RESTARTABLE = (Exception,)
-
-
 def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
     extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
     extra.extend(env.launch_variables(**config.worker_options()).items())
@@ -138,7 +134,7 @@ def launch(
                 except LaunchTimeoutError as exc:
                     group.fail(exc)
                     raise
-                except _RESTARTABLE as exc:
+                except Exception as exc:  # not KeyboardInterrupt: the stop button is final
                     reason = group.cause(attempt, exc)  # before we publish our own restart
                     if not group.restarting(attempt, exc):
                         raise

@@ -26,6 +26,7 @@ from .rendezvous import group_store, workers_store
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 
+
 def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
     extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
     extra.extend(env.launch_variables(**config.worker_options()).items())

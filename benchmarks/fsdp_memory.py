@@ -36,24 +36,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-from notebook_accel import debug_launcher
-
-Result = tuple[list[float], int]
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak() -> int:
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")  # the peak-RSS mark restarts from the current RSS
-    return _status_kib("VmRSS")
+from _measure import Result, peak_since, reset_peak, run_rounds
 
 
 def _build(cfg: dict[str, Any]) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -87,10 +70,10 @@ def ddp(cfg: dict[str, Any]) -> Result:
     from notebook_accel.accelerator import Accelerator
 
     acc = Accelerator()
-    base = _reset_peak()
+    base = reset_peak()
     model, opt = acc.prepare(*_build(cfg))
     times = _train(model, opt, acc.backward, cfg)
-    return times, _status_kib("VmHWM") - base
+    return times, peak_since(base)
 
 
 def ours_fsdp(cfg: dict[str, Any], return_freed_memory: bool = True) -> Result:
@@ -103,10 +86,10 @@ def ours_fsdp(cfg: dict[str, Any], return_freed_memory: bool = True) -> Result:
             "return_freed_memory": return_freed_memory,
         }
     )
-    base = _reset_peak()
+    base = reset_peak()
     model, opt = acc.prepare(*_build(cfg))
     times = _train(model, opt, acc.backward, cfg)
-    return times, _status_kib("VmHWM") - base
+    return times, peak_since(base)
 
 
 def ours_fsdp_heap(cfg: dict[str, Any]) -> Result:
@@ -128,12 +111,12 @@ def accelerate_fsdp(cfg: dict[str, Any]) -> Result:
     acc.state.distributed_type = DistributedType.FSDP
     acc.state.fsdp_plugin = plugin
     assert acc.num_processes == 2 and acc.is_fsdp2
-    base = _reset_peak()
+    base = reset_peak()
     model, opt = acc.prepare(*_build(cfg))
     times = _train(model, opt, acc.backward, cfg)
     sharded = type(next(model.parameters())).__name__ == "DTensor"
     assert sharded, "accelerate did not shard the model"
-    return times, _status_kib("VmHWM") - base
+    return times, peak_since(base)
 
 
 VARIANTS: dict[str, Callable[[dict[str, Any]], Result]] = {
@@ -158,13 +141,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "steps": args.steps}
     names = args.only or list(VARIANTS)
-    step_ms: dict[str, list[float]] = {name: [] for name in names}
-    peak_mib: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(args.rounds):
-        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            ranks = debug_launcher(VARIANTS[name], args=(cfg,), num_processes=2, output="none")
-            step_ms[name].append(max(statistics.median(t[args.warmup :]) for t, _ in ranks) * 1e3)
-            peak_mib[name].append(max(kib for _, kib in ranks) / 1024)
+    step_ms, peak_mib = run_rounds(VARIANTS, names, cfg, args.rounds, args.warmup)
     params = args.layers * (args.width**2 + args.width)
     print(
         f"\nMLP {args.layers} x Linear({args.width}, {args.width}): {params / 1e6:.1f} M params "

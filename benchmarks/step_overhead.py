@@ -27,17 +27,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _measure import peak_since, reset_peak, run_rounds
 from torch.utils.data import DataLoader, TensorDataset
-
-from notebook_accel import debug_launcher
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def _setup(hidden: int, per_rank_batch: int, steps_per_epoch: int) -> tuple[Any, ...]:
@@ -59,9 +50,7 @@ def _setup(hidden: int, per_rank_batch: int, steps_per_epoch: int) -> tuple[Any,
 def _loop(
     model: Any, optimizer: Any, loader: Any, backward: Callable[[Any], None], epochs: int, hook: Any
 ) -> tuple[list[float], int]:
-    start_rss = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")  # reset the peak-RSS mark to the current RSS
+    start_rss = reset_peak()
     times = []
     for epoch in range(epochs):
         hook(epoch)
@@ -77,7 +66,7 @@ def _loop(
             optimizer.step()
             optimizer.zero_grad()
             times.append(time.perf_counter() - t0)
-    return times, _status_kib("VmHWM") - start_rss
+    return times, peak_since(start_rss)
 
 
 def raw_ddp(cfg: dict) -> tuple[list[float], int]:
@@ -151,16 +140,7 @@ def main() -> None:
         "steps_per_epoch": args.steps_per_epoch,
         "epochs": args.epochs,
     }
-    step_ms: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    peak_mib: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    names = list(VARIANTS)
-    for round_ in range(args.rounds):
-        # Rotate the order each round so no variant always runs first or last.
-        for name in names[round_ % 3 :] + names[: round_ % 3]:
-            fn = VARIANTS[name]
-            ranks = debug_launcher(fn, args=(cfg,), num_processes=2, output="none")
-            step_ms[name].append(max(statistics.median(t[args.warmup :]) for t, _ in ranks) * 1e3)
-            peak_mib[name].append(max(kib for _, kib in ranks) / 1024)
+    step_ms, peak_mib = run_rounds(VARIANTS, list(VARIANTS), cfg, args.rounds, args.warmup)
     base_ms = statistics.median(step_ms["raw torch DDP"])
     base_mem = statistics.median(peak_mib["raw torch DDP"])
     steps = args.epochs * args.steps_per_epoch - args.warmup

@@ -87,17 +87,7 @@ class LaunchPanel(w.VBox):
         self.launch_button.on_click(lambda _: self.launch())
         self.stop_button.on_click(lambda _: self.stop())
         self.hardware.observe(lambda _: self._hardware_changed(), names="value")
-        form = w.VBox(
-            [
-                self.hardware,
-                self.processes,
-                self.precision,
-                self.accumulation,
-                self.sharding,
-                self.seed,
-                w.HBox([self.launch_button, self.stop_button]),
-            ]
-        )
+        form = w.VBox([*self._choices(), w.HBox([self.launch_button, self.stop_button])])
         super().__init__([form, self.status, self.ranks, self.bars, self.output_area, self.outcome])
         self.add_class("notebook-accel-panel")
         self._say(problem or "Ready.", warn=bool(problem))
@@ -240,16 +230,19 @@ class LaunchPanel(w.VBox):
         return True
 
     # -- showing ----------------------------------------------------------------------------
-    def _set_running(self, running: bool) -> None:
-        for control in (
+    def _choices(self) -> tuple[w.DOMWidget, ...]:
+        """The form's choices, top to bottom."""
+        return (
             self.hardware,
             self.processes,
             self.precision,
             self.accumulation,
             self.sharding,
             self.seed,
-            self.launch_button,
-        ):
+        )
+
+    def _set_running(self, running: bool) -> None:
+        for control in (*self._choices(), self.launch_button):
             control.disabled = running
         self.stop_button.disabled = not running
 

@@ -74,3 +74,60 @@ def test_launch_options_reach_the_devices() -> None:
 
     config = LaunchConfig(hardware="tpu", num_processes=2, mixed_precision="bf16")
     assert launch(options, (), None, config, machine=FAKE_TPU) == [("xla", "bf16")] * 2
+
+
+def test_every_device_output_reaches_the_cell_with_its_rank(capfd: Any) -> None:
+    def train() -> None:
+        import ctypes
+        import os
+        import sys
+
+        import torch_xla.runtime as xr
+
+        rank = xr.global_ordinal()
+        print(f"python print {rank}")
+        print(f"python error {rank}", file=sys.stderr)
+        os.write(1, f"fd write {rank}\n".encode())
+        ctypes.CDLL(None).printf(f"C printf {rank}\n".encode())
+
+    config = LaunchConfig(hardware="tpu", num_processes=2)
+    launch(train, (), None, config, machine=FAKE_TPU)
+    out, err = capfd.readouterr()
+    # The CPU runtime holds both devices in one process (a thread each, as TPU v2/v3 do):
+    # Python's print is told apart by thread; C and fd writes carry the process's ranks.
+    for rank in (0, 1):
+        assert f"[rank {rank}] python print {rank}\n" in out
+        assert f"[rank {rank}] python error {rank}\n" in err
+        assert f"[ranks 0-1] fd write {rank}\n" in out
+        assert f"[ranks 0-1] C printf {rank}\n" in out
+
+
+def test_one_device_per_process_prefixes_c_output_with_its_rank(capfd: Any) -> None:
+    def train() -> None:
+        import os
+
+        os.write(1, b"fd write\n")
+        print("python print")
+
+    config = LaunchConfig(hardware="tpu", num_processes=1)
+    launch(train, (), None, config, machine=FAKE_TPU)
+    out, _ = capfd.readouterr()
+    assert "[rank 0] fd write\n" in out
+    assert "[rank 0] python print\n" in out
+
+
+def test_timeout_stops_the_xla_processes() -> None:
+    import time
+
+    from notebook_accel.errors import LaunchTimeoutError
+
+    def train() -> None:
+        import time
+
+        time.sleep(120)
+
+    config = LaunchConfig(hardware="tpu", num_processes=2, timeout=8)
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeoutError):
+        launch(train, (), None, config, machine=FAKE_TPU)
+    assert time.monotonic() - start < 60

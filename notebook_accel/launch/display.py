@@ -36,13 +36,24 @@ class Display:
         self.stderr: TextIO = sys.stderr
         self._pending: dict[tuple[int, str], bytes] = {}
         self._bars: dict[tuple[int, int], Bar] = {}
+        self._labels: dict[int, tuple[str, bool]] = {}
 
     # -- lines ------------------------------------------------------------------------------
     def banner(self, text: str) -> None:
         self.stdout.write(text + "\n")
         self.stdout.flush()
 
+    def name_source(self, source: int, label: str, includes_main: bool) -> None:
+        """Name an output source that is not one rank, e.g. ``"ranks 0-1"``.
+
+        One torch_xla process can hold several devices; what its C code writes cannot be told
+        apart by device, so it is fed under ``source`` (not a rank number) with this label.
+        """
+        self._labels[source] = (label, includes_main)
+
     def _shows(self, rank: int) -> bool:
+        if rank in self._labels:
+            return self.output == "all" or (self.output == "main" and self._labels[rank][1])
         return self.output == "all" or (self.output == "main" and rank == 0)
 
     def _write(self, rank: int, stream: str, raw: bytes) -> None:
@@ -52,7 +63,8 @@ class Display:
         if "\r" in text:
             text = text.rsplit("\r", 1)[1]
         target = self.stdout if stream == "stdout" else self.stderr
-        target.write(f"[rank {rank}] {text}\n")
+        label = self._labels[rank][0] if rank in self._labels else f"rank {rank}"
+        target.write(f"[{label}] {text}\n")
 
     def feed(self, rank: int, stream: str, data: bytes) -> None:
         """Take bytes from a worker's stream; write out every completed line."""

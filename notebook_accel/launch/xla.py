@@ -1,53 +1,69 @@
 """TPU cores through torch_xla, with the same cloudpickle payload as the CPU/CUDA engine.
 
-    parent (notebook)                               torch_xla's processes (spawned)
-    -----------------                               -------------------------------
+    parent (notebook), main thread              torch_xla's processes (spawned)
+    ------------------------------              -------------------------------
     xla.run(layout, payload, display, timeout)
-      limit the devices to layout.num_processes
-      torch_xla._internal.pjrt.run_multiprocess  -> one process per chip (TPU), one thread
-        (torch_xla's own topology setup)             per device: _entry(payload, options)
-                                                      launch options -> NOTEBOOK_ACCEL_*
-                                                      unpickle the call (cell code by value)
-                                                      ("ok", cloudpickled value)
-                                                      or ("failed", channel.Failure)
+      Relay: a unix socket for output (xla_output.py)
+      thread: torch_xla._internal.pjrt.      -> one process per chip (TPU), one thread
+        run_multiprocess (it blocks until        per device: _entry(payload, options, address)
+        every process is done)                    output -> the relay (fd 1/2, per thread)
+      main thread: relay.pump() ->                launch options -> NOTEBOOK_ACCEL_*
+        display (rank-prefixed lines), and        unpickle the call (cell code by value)
+        the deadline / Ctrl-C: SIGKILL the        ("ok", cloudpickled value)
+        processes that connected                  or ("failed", channel.Failure)
       {ordinal: outcome}  -> first failure re-raised as the engine does (original type,
                              worker traceback as __cause__), else results in ordinal order
 
 torch_xla sets up the TPU topology (TPU_VISIBLE_CHIPS, process bounds, ports) for each
 process itself; repeating that here would break with each libtpu release, so this module
-hands the processes to torch_xla and keeps only the payload, the results and the errors.
+hands the processes to torch_xla and keeps only the payload, the output, the results and
+the errors. The display is fed on the parent's main thread, where Jupyter routes output to
+the running cell.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
 import cloudpickle
 
 from .. import env
-from ..errors import LaunchError
+from ..errors import LaunchError, LaunchTimeoutError
 from .channel import Failure
 from .display import Display
 from .engine import Layout
 from .payload import Payload, load
+from .xla_output import Relay, attach
 
 __all__ = ["run"]
 
 Outcome = tuple[str, Any]  # ("ok", cloudpickled value) or ("failed", Failure)
 
+_TICK = 0.25  # seconds between deadline checks when no output arrives
+_DRAIN = 2.0  # seconds to relay the last lines after the processes ended
+_STOP_GRACE = 30.0  # seconds to wait for processes still starting after a deadline
 
-def _entry(payload: Payload, options: dict[str, str]) -> Outcome:
+
+def _entry(payload: Payload, options: dict[str, str], address: str) -> Outcome:
     """One XLA device's share of the launch (runs in torch_xla's process or thread)."""
+    detach = None
     try:
         for name, value in options.items():
             # Per process, not per device: threads of one process share the environment.
             env.set_var(name, value)
+        detach = attach(address)
         function, args, kwargs = load(payload)
         return ("ok", cloudpickle.dumps(function(*args, **kwargs)))
     except BaseException as exc:  # the parent re-raises it as the engine does
         return ("failed", Failure.from_exception(exc))
+    finally:
+        if detach is not None:
+            detach()  # this device's lines reach the parent before its result does
 
 
 @contextmanager
@@ -63,32 +79,80 @@ def _device_limit(layout: Layout) -> Iterator[None]:
         yield
 
 
-def _outcomes(layout: Layout, payload: Payload) -> dict[int, Outcome]:
+def _outcomes(layout: Layout, payload: Payload, address: str) -> dict[int, Outcome]:
     from torch_xla._internal import pjrt
 
     options = env.launch_variables(
         launched="1", device_type="xla", backend="xla", mixed_precision=layout.mixed_precision
     )
     options.update(dict(layout.extra_env))
-    with _device_limit(layout):
+    try:
+        return dict(pjrt.run_multiprocess(_entry, payload, options, address))
+    except RuntimeError as exc:
+        if "already initialized" in str(exc):
+            raise LaunchError(
+                "the XLA device was used in this process before the launch; torch_xla "
+                "cannot start TPU workers after that. Restart the kernel and launch "
+                "before touching torch_xla in the notebook."
+            ) from exc
+        raise
+    except Exception as exc:  # BrokenProcessPool: a process died without an answer
+        raise LaunchError(f"a TPU worker process died: {type(exc).__name__}: {exc}") from exc
+
+
+def _in_thread(layout: Layout, payload: Payload, address: str) -> Future[dict[int, Outcome]]:
+    """Start torch_xla's launch in a thread; it blocks until every process has finished."""
+    future: Future[dict[int, Outcome]] = Future()
+
+    def target() -> None:
         try:
-            return dict(pjrt.run_multiprocess(_entry, payload, options))
-        except RuntimeError as exc:
-            if "already initialized" in str(exc):
-                raise LaunchError(
-                    "the XLA device was used in this process before the launch; torch_xla "
-                    "cannot start TPU workers after that. Restart the kernel and launch "
-                    "before touching torch_xla in the notebook."
-                ) from exc
-            raise
-        except Exception as exc:  # BrokenProcessPool: a process died without an answer
-            raise LaunchError(f"a TPU worker process died: {type(exc).__name__}: {exc}") from exc
+            future.set_result(_outcomes(layout, payload, address))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    # A daemon: if torch_xla's pool never returns, the notebook's kernel can still exit.
+    threading.Thread(target=target, name="notebook-accel-xla", daemon=True).start()
+    return future
+
+
+def _supervise(
+    relay: Relay, future: Future[dict[int, Outcome]], timeout: float | None
+) -> dict[int, Outcome]:
+    """Relay output until torch_xla returns; on the deadline or Ctrl-C, stop the processes."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while not future.done():
+            if deadline is not None and time.monotonic() >= deadline:
+                _stop(relay, future)
+                raise LaunchTimeoutError(timeout)  # type: ignore[arg-type]
+            relay.pump(_TICK)
+    except KeyboardInterrupt:
+        _stop(relay, future)
+        raise
+    relay.drain(_DRAIN)
+    return future.result()
+
+
+def _stop(relay: Relay, future: Future[dict[int, Outcome]]) -> None:
+    """SIGKILL torch_xla's processes; a process still starting is killed when it connects.
+
+    run_multiprocess keeps its pool to itself, so the processes are known by the pid each one
+    sends with its output connection. Once one dies, the pool is broken and Python's executor
+    terminates the rest itself; then run_multiprocess returns (with an error nobody reads).
+    """
+    end = time.monotonic() + _STOP_GRACE
+    while not future.done() and time.monotonic() < end:
+        relay.kill()
+        relay.pump(0.1)
+    relay.drain(0.5)
 
 
 def run(layout: Layout, payload: Payload, display: Display, timeout: float | None) -> list[Any]:
     """Run the payload on every XLA device; results in ordinal order, errors as the engine's.
 
-    ``timeout`` is not enforced here: torch_xla's process pool cannot be stopped midway.
+    Every device's output reaches ``display`` as ``[rank N] line`` (``[ranks 0-1]`` for what
+    C code writes in a process that holds several devices). ``timeout`` stops the processes
+    with SIGKILL and raises ``LaunchTimeoutError``.
 
     Example:
         >>> run(Layout(num_processes=8, device_type="xla", backend="xla"),
@@ -97,7 +161,8 @@ def run(layout: Layout, payload: Payload, display: Display, timeout: float | Non
     """
     from .engine import _rebuild
 
-    outcomes = _outcomes(layout, payload)
+    with Relay(display) as relay, _device_limit(layout):
+        outcomes = _supervise(relay, _in_thread(layout, payload, relay.address), timeout)
     ordinals = sorted(outcomes)
     failures = [(outcomes[o][1], o) for o in ordinals if outcomes[o][0] == "failed"]
     if failures:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 
+from . import env
 from .errors import ConfigError
 
 __all__ = [
@@ -30,7 +32,22 @@ __all__ = [
 
 
 def _world() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return _xla_threads_world()
+
+
+def _xla_threads_world() -> int:
+    """World size of a torch_xla launch whose devices are threads (no torch.distributed group).
+
+    One process driving several devices (TPU v2/v3) cannot hold a per-device default process
+    group (state.py), so gather and reduce use torch_xla's collectives there.
+    """
+    if "torch_xla" not in sys.modules or env.launch_option("device_type") != "xla":
+        return 1
+    import torch_xla.runtime as xr
+
+    return int(xr.world_size())
 
 
 def _rank() -> int:
@@ -59,6 +76,10 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.ndim == 0:
         tensor = tensor[None]
     tensor = tensor.contiguous()
+    if not dist.is_initialized():
+        import torch_xla.core.xla_model as xm
+
+        return xm.all_gather(tensor, dim=0)
     parts = [torch.empty_like(tensor) for _ in range(_world())]
     dist.all_gather(parts, tensor)
     return torch.cat(parts, dim=0)
@@ -110,7 +131,11 @@ def reduce(data: Any, reduction: Literal["sum", "mean"] = "sum", scale: float = 
 
     def one(tensor: torch.Tensor) -> torch.Tensor:
         out = tensor.clone()
-        if world > 1:
+        if world > 1 and not dist.is_initialized():
+            import torch_xla.core.xla_model as xm
+
+            out = xm.all_reduce(xm.REDUCE_SUM, out)
+        elif world > 1:
             dist.all_reduce(out, op=dist.ReduceOp.SUM)
         if reduction == "mean":
             out = out / world

@@ -141,6 +141,33 @@ class Fp16Precision(Precision):
             self.scaler.load_state_dict(state["scaler"])
 
 
+class XlaPrecision(Precision):
+    """An XLA device (TPU): full precision or bf16, and each step ends the lazy graph.
+
+    torch_xla records operations lazily; without a cut after the optimizer step the graph
+    grows across steps until something reads a value. TPUs have no fp16 path worth having
+    (bf16 is native and needs no scaler), so fp16 is refused up front.
+    """
+
+    def __init__(self, device_type: str, name: str) -> None:
+        super().__init__(device_type)
+        self.name = name
+        self.dtype = torch.bfloat16 if name == "bf16" else None
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+        if xr.addressable_device_count() > 1 and xr.world_size() > 1:
+            # Devices driven by threads of one process have no DDP (state.py): average the
+            # gradients across devices here, as torch_xla's own optimizer_step does.
+            xm.reduce_gradients(optimizer)
+        optimizer.step()
+        torch_xla.sync()
+        return True
+
+
 _PRECISIONS: dict[str, type[Precision]] = {
     "no": Precision,
     "fp16": Fp16Precision,
@@ -166,7 +193,14 @@ def make_precision(name: object, device_type: str) -> Precision:
         >>> make_precision("bf16", "cpu").dtype
         torch.bfloat16
     """
-    return _PRECISIONS[check_precision(name)](device_type)
+    name = check_precision(name)
+    if device_type == "xla":
+        if name == "fp16":
+            raise ConfigError(
+                "mixed_precision", name, "'no' or 'bf16' on TPU (XLA)", "TPUs compute in bf16."
+            )
+        return XlaPrecision(device_type, name)
+    return _PRECISIONS[name](device_type)
 
 
 def _to_float32(data: Any, low: torch.dtype) -> Any:

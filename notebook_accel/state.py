@@ -103,8 +103,8 @@ class ProcessState:
     @classmethod
     def from_environment(cls, cpu: bool = False) -> ProcessState:
         """Read the job's variables, pick the device and join the process group if needed."""
-        job = env.read_distributed()
         device_type = "cpu" if cpu else (env.launch_option("device_type") or _auto_device_type())
+        job = _xla_job() if device_type == "xla" else env.read_distributed()
         if device_type not in _DEVICE_KINDS:
             raise ConfigError(
                 "NOTEBOOK_ACCEL_DEVICE_TYPE", device_type, "one of " + ", ".join(_DEVICE_KINDS)
@@ -141,8 +141,30 @@ class ProcessState:
             dist.barrier()
 
 
+def _xla_job() -> env.DistributedEnv:
+    """Rank and world from torch_xla, not the environment.
+
+    torch_xla's launch sets no RANK/WORLD_SIZE, and where one process drives several devices
+    (a thread each: TPU v2/v3, the CPU runtime) the environment is shared by those threads;
+    torch_xla knows each thread's ordinal.
+    """
+    import torch_xla.runtime as xr
+
+    return env.DistributedEnv(
+        rank=xr.global_ordinal(),
+        local_rank=xr.local_ordinal(),
+        world_size=xr.world_size(),
+        local_world_size=xr.local_device_count(),
+        master_addr=None,
+        master_port=None,
+        launched_by_us=env.launch_option("launched") == "1",
+    )
+
+
 def _join_group(backend: str, job: env.DistributedEnv) -> bool:
     """Join (or reuse) the default process group; True when this call created it."""
+    if backend == "xla":
+        return _join_xla_group()
     if dist.is_initialized():
         if dist.get_world_size() != job.world_size:
             raise ConfigError(
@@ -158,11 +180,26 @@ def _join_group(backend: str, job: env.DistributedEnv) -> bool:
             "an address and a port when WORLD_SIZE > 1",
             "Start the function with notebook_launcher(), torchrun, or set both variables.",
         )
-    if backend == "xla":
-        import torch_xla.distributed.xla_backend  # noqa: F401
     # Rank and world are passed explicitly so SLURM-style jobs (no RANK variable) work too;
     # env:// still reads MASTER_ADDR/PORT and, under our launcher, uses the parent's store.
     dist.init_process_group(backend, init_method="env://", rank=job.rank, world_size=job.world_size)
+    return True
+
+
+def _join_xla_group() -> bool:
+    """The ``xla`` process group, where each process drives one device (TPU v4 and later).
+
+    torch.distributed has one default group per process, so a process that drives several
+    devices from threads cannot give each its own rank; collectives.py then uses torch_xla's
+    own collectives instead.
+    """
+    import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
+    import torch_xla.runtime as xr
+
+    if dist.is_initialized() or xr.addressable_device_count() > 1:
+        return False
+    # xla:// takes rank, world and the coordinator from torch_xla's runtime.
+    dist.init_process_group("xla", init_method="xla://")
     return True
 
 

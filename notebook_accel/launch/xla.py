@@ -159,9 +159,11 @@ def run(layout: Layout, payload: Payload, display: Display, timeout: float | Non
         ...     payload, Display(), None)  # doctest: +SKIP
         [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
     """
-    from .engine import _rebuild
+    from .engine import _main_hidden, _rebuild
 
-    with Relay(display) as relay, _device_limit(layout):
+    # torch_xla's pool spawns its processes; hiding __main__ keeps a script launched without
+    # an ``if __name__ == "__main__"`` guard from running again in each of them.
+    with Relay(display) as relay, _device_limit(layout), _main_hidden():
         outcomes = _supervise(relay, _in_thread(layout, payload, relay.address), timeout)
     ordinals = sorted(outcomes)
     failures = [(outcomes[o][1], o) for o in ordinals if outcomes[o][0] == "failed"]

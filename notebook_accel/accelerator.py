@@ -100,6 +100,8 @@ class Accelerator:
         self.ddp_kwargs = dict(ddp_kwargs or {})
         self.step = 0  # backward() calls, saved in checkpoints
         self._objects = checkpoint.Stateful()
+        # Parameters that moving a model replaced during the current prepare() call.
+        self._replaced: dict[int, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
         self._shuffle_seed: int | None = None
         launch_seed = env.launch_option("seed")
         if launch_seed:
@@ -162,17 +164,35 @@ class Accelerator:
                     "or torch.optim.lr_scheduler.LRScheduler",
                 )
             plan.append(None if isinstance(obj, done) else match)
-        # Schedulers last: they must find their optimizer already wrapped.
+        # Models first (moving one may replace its parameters, which the optimizers of this
+        # call must then follow); schedulers last (they must find their optimizer wrapped).
+        rank = {self._prepare_model: 0, self._prepare_scheduler: 2}
         out = list(objects)
-        order = sorted(range(len(objects)), key=lambda i: plan[i] == self._prepare_scheduler)
-        for i in order:
-            handler = plan[i]
-            out[i] = objects[i] if handler is None else handler(objects[i])
+        order = sorted(range(len(objects)), key=lambda i: rank.get(plan[i], 1))  # type: ignore[arg-type]
+        self._replaced = {}
+        try:
+            for i in order:
+                handler = plan[i]
+                out[i] = objects[i] if handler is None else handler(objects[i])
+        finally:
+            self._replaced = {}  # drop the old parameters: nothing else may refer to them
         return out[0] if len(out) == 1 else tuple(out)
 
     def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.device_placement:
+            before = list(model.parameters())
             model.to(self.device)
+            # On XLA (and with torch's overwrite-on-conversion flag) .to() makes new Parameter
+            # objects; an optimizer built on the model beforehand must step the new ones.
+            replaced = {
+                id(old): (old, new)
+                for old, new in zip(before, model.parameters(), strict=True)
+                if old is not new
+            }
+            if replaced and not self._sharder:
+                self._replaced.update(replaced)
+                for opt in self._objects.optimizer:
+                    _follow_parameters(opt.optimizer, replaced)
         if self.precision.dtype is not None:
             model._notebook_accel_forward = model.forward  # type: ignore[assignment]
             model.forward = self.precision.wrap_forward(model.forward)
@@ -189,6 +209,8 @@ class Accelerator:
     def _prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
         if self._sharder:
             self._sharder.repoint(optimizer)
+        elif self._replaced:
+            _follow_parameters(optimizer, self._replaced)
         wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
         self._objects.optimizer.append(wrapped)
         return wrapped
@@ -411,3 +433,20 @@ class Accelerator:
             f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
             f"mixed_precision={self.mixed_precision!r})"
         )
+
+
+def _follow_parameters(
+    optimizer: torch.optim.Optimizer,
+    replaced: dict[int, tuple[torch.nn.Parameter, torch.nn.Parameter]],
+) -> None:
+    """Point ``optimizer`` (its groups and its state) at the parameters that replaced old ones."""
+    for group in optimizer.param_groups:
+        group["params"] = [replaced[id(p)][1] if id(p) in replaced else p for p in group["params"]]
+    for key in list(optimizer.state):
+        if id(key) in replaced:
+            new = replaced[id(key)][1]
+            moved = {
+                k: v.to(new.device) if isinstance(v, torch.Tensor) and v.dim() else v
+                for k, v in optimizer.state.pop(key).items()
+            }
+            optimizer.state[new] = moved

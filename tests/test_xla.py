@@ -191,13 +191,6 @@ def test_fp16_is_refused_on_xla() -> None:
         launch(train, (), None, config, machine=FAKE_TPU)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Module.to(xla) makes new Parameter objects (no shallow copy from CPU to XLA), so an "
-    "optimizer built on the CPU model keeps stepping the old CPU tensors; prepare() must "
-    "re-point the optimizer's params after placing the model (accelerator.py), as accelerate "
-    "does on XLA",
-)
 def test_prepared_optimizer_steps_the_device_parameters() -> None:
     def train() -> bool:
         import torch

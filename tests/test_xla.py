@@ -133,6 +133,18 @@ def test_timeout_stops_the_xla_processes() -> None:
     assert time.monotonic() - start < 60
 
 
+def test_the_panel_stop_event_stops_the_xla_processes() -> None:
+    import threading
+    import time
+
+    stop = threading.Event()
+    threading.Timer(5.0, stop.set).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="stopped from the launch panel"):
+        launch(time.sleep, (300,), None, LaunchConfig(hardware="tpu"), FAKE_TPU, stop=stop)
+    assert time.monotonic() - start < 60
+
+
 @pytest.mark.parametrize("precision", ["no", "bf16"])
 def test_accelerator_trains_on_the_xla_device(precision: str) -> None:
     # One device: torch_xla 2.9's CPU runtime aborts in any two-device collective (see the

@@ -80,13 +80,12 @@ def _run_once(
     stop: threading.Event | None = None,
 ) -> list[Any]:
     layout = _layout(config, plan, attempt)
+    watch = _stoppable(group.watch(attempt), stop)
     if plan.backend == "xla":
         from .xla import run as run_on_xla  # imports torch_xla: only on TPU machines
 
-        return run_on_xla(layout, payload, display, config.timeout)
-    engine = Engine(
-        layout, payload, display, port, config.start_method, _stoppable(group.watch(attempt), stop)
-    )
+        return run_on_xla(layout, payload, display, config.timeout, watch)
+    engine = Engine(layout, payload, display, port, config.start_method, watch)
     result = engine.run(config.timeout)
     group.done(attempt)
     return result

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
@@ -116,12 +116,20 @@ def _in_thread(layout: Layout, payload: Payload, address: str) -> Future[dict[in
 
 
 def _supervise(
-    relay: Relay, future: Future[dict[int, Outcome]], timeout: float | None
+    relay: Relay,
+    future: Future[dict[int, Outcome]],
+    timeout: float | None,
+    watch: Callable[[], None] | None,
 ) -> dict[int, Outcome]:
-    """Relay output until torch_xla returns; on the deadline or Ctrl-C, stop the processes."""
+    """Relay output until torch_xla returns; on the deadline or Ctrl-C, stop the processes.
+
+    ``watch`` is the engine's per-tick hook (the panel's Stop raises KeyboardInterrupt there).
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while not future.done():
+            if watch is not None:
+                watch()
             if deadline is not None and time.monotonic() >= deadline:
                 _stop(relay, future)
                 raise LaunchTimeoutError(timeout)  # type: ignore[arg-type]
@@ -147,7 +155,13 @@ def _stop(relay: Relay, future: Future[dict[int, Outcome]]) -> None:
     relay.drain(0.5)
 
 
-def run(layout: Layout, payload: Payload, display: Display, timeout: float | None) -> list[Any]:
+def run(
+    layout: Layout,
+    payload: Payload,
+    display: Display,
+    timeout: float | None,
+    watch: Callable[[], None] | None = None,
+) -> list[Any]:
     """Run the payload on every XLA device; results in ordinal order, errors as the engine's.
 
     Every device's output reaches ``display`` as ``[rank N] line`` (``[ranks 0-1]`` for what
@@ -164,7 +178,7 @@ def run(layout: Layout, payload: Payload, display: Display, timeout: float | Non
     # torch_xla's pool spawns its processes; hiding __main__ keeps a script launched without
     # an ``if __name__ == "__main__"`` guard from running again in each of them.
     with Relay(display) as relay, _device_limit(layout), _main_hidden():
-        outcomes = _supervise(relay, _in_thread(layout, payload, relay.address), timeout)
+        outcomes = _supervise(relay, _in_thread(layout, payload, relay.address), timeout, watch)
     ordinals = sorted(outcomes)
     failures = [(outcomes[o][1], o) for o in ordinals if outcomes[o][0] == "failed"]
     if failures:

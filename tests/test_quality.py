@@ -19,8 +19,8 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     "command",
     [
-        ("ruff", "check", "notebook_accel", "tests", "benchmarks"),
-        ("ruff", "format", "--check", "notebook_accel", "tests", "benchmarks"),
+        ("ruff", "check", "notebook_accel", "tests", "benchmarks", "notebooks"),
+        ("ruff", "format", "--check", "notebook_accel", "tests", "benchmarks", "notebooks"),
         ("mypy",),
     ],
     ids=["ruff-check", "ruff-format", "mypy"],

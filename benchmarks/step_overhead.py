@@ -87,12 +87,8 @@ def raw_ddp(cfg: dict) -> tuple[list[float], int]:
         dist.destroy_process_group()
 
 
-def hf_accelerate(cfg: dict) -> tuple[list[float], int]:
-    from accelerate import Accelerator
-
-    # cpu=True: without it accelerate 1.x forms no process group on CPU (each rank alone).
-    acc = Accelerator(cpu=True)
-    assert acc.num_processes == 2, acc.state
+def _prepared_loop(acc: Any, cfg: dict) -> tuple[list[float], int]:
+    """The same loop for both Accelerator classes: prepare, train, end."""
     model, optimizer, data = _setup(cfg["hidden"], cfg["batch"], cfg["steps_per_epoch"])
     loader = DataLoader(data, batch_size=cfg["batch"], shuffle=True)
     model, optimizer, loader = acc.prepare(model, optimizer, loader)
@@ -100,6 +96,17 @@ def hf_accelerate(cfg: dict) -> tuple[list[float], int]:
         return _loop(model, optimizer, loader, acc.backward, cfg["epochs"], lambda e: None)
     finally:
         acc.end_training()
+
+
+def hf_accelerate(cfg: dict) -> tuple[list[float], int]:
+    from accelerate import Accelerator
+
+    # cpu=True: without it accelerate 1.x forms no process group on CPU (each rank alone).
+    acc = Accelerator(cpu=True)
+    assert acc.num_processes == 2, acc.state
+    try:
+        return _prepared_loop(acc, cfg)
+    finally:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
@@ -109,13 +116,7 @@ def notebook_accel(cfg: dict) -> tuple[list[float], int]:
 
     acc = Accelerator()
     assert acc.num_processes == 2
-    model, optimizer, data = _setup(cfg["hidden"], cfg["batch"], cfg["steps_per_epoch"])
-    loader = DataLoader(data, batch_size=cfg["batch"], shuffle=True)
-    model, optimizer, loader = acc.prepare(model, optimizer, loader)
-    try:
-        return _loop(model, optimizer, loader, acc.backward, cfg["epochs"], lambda e: None)
-    finally:
-        acc.end_training()
+    return _prepared_loop(acc, cfg)
 
 
 VARIANTS: dict[str, Callable[[dict], tuple[list[float], int]]] = {

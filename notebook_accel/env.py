@@ -53,10 +53,11 @@ class WorkerEnv:
     master_port: int
     device_type: str
     backend: str
-    mixed_precision: str
     # The parent (like torchrun's agent) hosts the TCPStore, so every rank connects as a client.
     agent_store: bool = True
     loopback: bool = True
+    # The launch's choices (mixed precision, accumulation, seed, fsdp: NOTEBOOK_ACCEL_*) and
+    # TORCHELASTIC_RESTART_COUNT, the same for every rank.
     extra: tuple[tuple[str, str], ...] = ()
 
     def variables(self) -> dict[str, str]:
@@ -69,10 +70,7 @@ class WorkerEnv:
             "NODE_RANK": str(self.node_rank),
             "MASTER_ADDR": self.master_addr,
             "MASTER_PORT": str(self.master_port),
-            _PREFIX + "LAUNCHED": "1",
-            _PREFIX + "DEVICE_TYPE": self.device_type,
-            _PREFIX + "BACKEND": self.backend,
-            _PREFIX + "MIXED_PRECISION": self.mixed_precision,
+            **launch_variables(launched="1", device_type=self.device_type, backend=self.backend),
         }
         if self.agent_store:
             out["TORCHELASTIC_USE_AGENT_STORE"] = "True"

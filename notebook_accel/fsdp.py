@@ -38,7 +38,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from . import env
 from .errors import ConfigError
-from .fsdp_config import DTYPES, FsdpConfig, ShardingStrategy
+from .fsdp_config import DTYPES, HUGE_PAGES_VARIABLE, FsdpConfig, ShardingStrategy
 from .state import ProcessState
 
 __all__ = [
@@ -80,7 +80,7 @@ class Sharder:
         self.config = config
         self.state = state
         self.mesh_shape = _mesh_shape(config, state)
-        if config.return_freed_memory and state.device.type == "cpu":
+        if config.returns_freed_memory(state.device.type):
             _return_freed_memory()
         self._mesh: DeviceMesh | None = None
         # id(old Parameter) -> (weak ref to it, its sharded replacement); weak so that the
@@ -161,12 +161,12 @@ def _return_freed_memory() -> None:
     # THP_MEM_ALLOC_ENABLE is set, which cuts the faults by ~7x; torch reads the variable at
     # its first allocation in the process, so this only works while none has happened yet.
     _fixed_mmap_threshold(1 << 20)
-    ours = env.get(_THP_VARIABLE) is None
+    ours = env.get(HUGE_PAGES_VARIABLE) is None
     if ours:
-        env.set_var(_THP_VARIABLE, "1")
-    if env.get(_THP_VARIABLE) == "1" and not _huge_page_allocations():
+        env.set_var(HUGE_PAGES_VARIABLE, "1")
+    if env.get(HUGE_PAGES_VARIABLE) == "1" and not _huge_page_allocations():
         if ours:  # it had no effect: leave the environment (and child processes) as it was
-            env.set_var(_THP_VARIABLE, None)
+            env.set_var(HUGE_PAGES_VARIABLE, None)
         warnings.warn(
             "notebook_accel: FSDP on CPU could not turn on huge pages for torch's allocations "
             "(this process allocated tensors before Accelerator(fsdp=...)), so steps are "
@@ -174,9 +174,6 @@ def _return_freed_memory() -> None:
             "before the launch.",
             stacklevel=4,  # the user's Accelerator(...) call
         )
-
-
-_THP_VARIABLE = "THP_MEM_ALLOC_ENABLE"
 
 
 def _huge_page_allocations() -> bool:

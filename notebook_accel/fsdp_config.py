@@ -12,7 +12,11 @@ import torch
 
 from .errors import ConfigError
 
-__all__ = ["FsdpConfig", "ShardingStrategy", "DtypeName", "DTYPES"]
+__all__ = ["FsdpConfig", "ShardingStrategy", "DtypeName", "DTYPES", "HUGE_PAGES_VARIABLE"]
+
+# torch's CPU allocator advises transparent huge pages for large blocks when this is "1"; it
+# reads the variable at a process's first tensor allocation (see fsdp.py).
+HUGE_PAGES_VARIABLE = "THP_MEM_ALLOC_ENABLE"
 
 ShardingStrategy = Literal["full", "grad_op", "no_shard", "hybrid"]
 DtypeName = Literal["fp32", "bf16", "fp16"]
@@ -126,6 +130,17 @@ class FsdpConfig:
         if unknown:
             raise ConfigError(f"fsdp[{unknown[0]!r}]", value[unknown[0]], _one_of(sorted(fields)))
         return cls(**dict(value))
+
+    def returns_freed_memory(self, device_type: str) -> bool:
+        """Whether ``return_freed_memory`` applies on this device (glibc tuning: CPU only)."""
+        return self.return_freed_memory and device_type == "cpu"
+
+    def worker_variables(self, device_type: str) -> dict[str, str]:
+        """Environment that FSDP workers on ``device_type`` should start with.
+
+        Set at a worker's start, huge pages cover even tensors made before ``Accelerator()``.
+        """
+        return {HUGE_PAGES_VARIABLE: "1"} if self.returns_freed_memory(device_type) else {}
 
     def to_option(self) -> str:
         """JSON for a launch option (``NOTEBOOK_ACCEL_FSDP``); :meth:`coerce` reads it back."""

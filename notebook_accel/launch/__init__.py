@@ -31,23 +31,15 @@ def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
     extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
     extra.extend(env.launch_variables(**config.worker_options()).items())
     extra.extend(network_env(config))
-    fsdp = config.fsdp
-    if (
-        fsdp is not None
-        and fsdp.return_freed_memory
-        and plan.device_type == "cpu"
-        and env.get("THP_MEM_ALLOC_ENABLE") is None
-    ):
-        # Huge pages for FSDP's gathered buffers (fsdp.py): torch reads this at a process's
-        # first tensor, so setting it at start also covers tensors made before Accelerator().
-        extra.append(("THP_MEM_ALLOC_ENABLE", "1"))
+    if config.fsdp is not None:  # a value the user set wins
+        wanted = config.fsdp.worker_variables(plan.device_type).items()
+        extra.extend((name, value) for name, value in wanted if env.get(name) is None)
     return Layout(
         num_processes=plan.num_processes,
         node_rank=config.node_rank,
         num_nodes=config.num_nodes,
         device_type=plan.device_type,
         backend=plan.backend,
-        mixed_precision=config.mixed_precision,
         master_addr="127.0.0.1" if config.num_nodes == 1 else config.master_addr,
         extra_env=tuple(extra),
     )
@@ -75,7 +67,6 @@ def _run_once(
     payload: Payload,
     display: Display,
     attempt: int,
-    port: int,
     group: Group,
     stop: threading.Event | None = None,
 ) -> list[Any]:
@@ -85,9 +76,11 @@ def _run_once(
         from .xla import run as run_on_xla  # imports torch_xla: only on TPU machines
 
         return run_on_xla(layout, payload, display, config.timeout, watch)
-    engine = Engine(layout, payload, display, port, config.start_method, watch)
-    result = engine.run(config.timeout)
-    group.done(attempt)
+    # Each attempt's workers meet in a fresh store (rendezvous.py); torch_xla needs none.
+    with workers_store(config, group.store, attempt, layout.world_size) as port:
+        engine = Engine(layout, payload, display, port, config.start_method, watch)
+        result = engine.run(config.timeout)
+        group.done(attempt)  # machine 0 keeps the store up until every machine is done
     return result
 
 
@@ -121,16 +114,13 @@ def launch(
     display.banner(plan.describe(config.num_nodes))
     attempt = 0
     # Several machines keep one group store for the whole launch (restarts move together,
-    # group.py); each attempt's workers meet in a fresh store (rendezvous.py).
+    # group.py).
     world_size = plan.num_processes * config.num_nodes
     try:
         with group_store(config, world_size) as (store, port), joined(config, store, port) as group:
             while True:
                 try:
-                    with workers_store(config, group.store, attempt, world_size) as wport:
-                        return _run_once(
-                            config, plan, payload, display, attempt, wport, group, stop
-                        )
+                    return _run_once(config, plan, payload, display, attempt, group, stop)
                 except LaunchTimeoutError as exc:
                     group.fail(exc)
                     raise

@@ -95,7 +95,6 @@ class Layout:
     num_nodes: int = 1
     device_type: str = "cpu"
     backend: str = "gloo"
-    mixed_precision: str = "no"
     master_addr: str = "127.0.0.1"
     extra_env: tuple[tuple[str, str], ...] = ()
 
@@ -114,7 +113,6 @@ class Layout:
             master_port=port,
             device_type=self.device_type,
             backend=self.backend,
-            mixed_precision=self.mixed_precision,
             loopback=self.num_nodes == 1,
             extra=self.extra_env,
         )
@@ -274,9 +272,7 @@ class Engine:
             return None
         _, _, first = min(candidates, key=lambda c: (c[0], c[1]))
         if first.failure is not None:
-            failure = first.failure
-            text = annotate_traceback(failure.traceback, self.payload.code_origins)
-            return _rebuild(first.rank, failure, self.layout.world_size, text)
+            return _rebuild(first.rank, first.failure, self.layout.world_size, self.payload)
         code = first.process.exitcode
         return WorkerDiedError(first.rank, code if code is not None else -signal.SIGKILL)
 
@@ -389,8 +385,11 @@ def _collateral(failure: Failure) -> bool:
     )
 
 
-def _rebuild(rank: int, failure: Failure, world_size: int, text: str) -> BaseException:
-    """The worker's exception as its own type, with the worker's traceback as the cause."""
+def _rebuild(rank: int, failure: Failure, world_size: int, payload: Payload) -> BaseException:
+    """The worker's exception as its own type, with the worker's traceback as the cause.
+
+    The traceback gets the cell-defined functions' files and source lines back (payload.py).
+    """
     exc: BaseException | None = None
     if failure.exception is not None:
         try:
@@ -408,6 +407,7 @@ def _rebuild(rank: int, failure: Failure, world_size: int, text: str) -> BaseExc
         f"[notebook_accel] raised on rank {rank} of {world_size}; the worker's "
         "traceback is shown above."
     )
+    text = annotate_traceback(failure.traceback, payload.code_origins)
     exc.__cause__ = RemoteTraceback(f"Traceback from rank {rank}:\n{text}")
     exc.__suppress_context__ = True
     return exc

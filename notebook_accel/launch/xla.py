@@ -82,9 +82,8 @@ def _device_limit(layout: Layout) -> Iterator[None]:
 def _outcomes(layout: Layout, payload: Payload, address: str) -> dict[int, Outcome]:
     from torch_xla._internal import pjrt
 
-    options = env.launch_variables(
-        launched="1", device_type="xla", backend="xla", mixed_precision=layout.mixed_precision
-    )
+    # The launch's choices (precision included) are in extra_env, as for the engine's workers.
+    options = env.launch_variables(launched="1", device_type="xla", backend="xla")
     options.update(dict(layout.extra_env))
     try:
         return dict(pjrt.run_multiprocess(_entry, payload, options, address))
@@ -183,5 +182,5 @@ def run(
     failures = [(outcomes[o][1], o) for o in ordinals if outcomes[o][0] == "failed"]
     if failures:
         failure, ordinal = min(failures, key=lambda f: f[0].time)
-        raise _rebuild(ordinal, failure, len(ordinals), failure.traceback)
+        raise _rebuild(ordinal, failure, len(ordinals), payload)
     return [cloudpickle.loads(outcomes[o][1]) for o in ordinals]

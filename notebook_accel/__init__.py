@@ -30,6 +30,7 @@ _EXPORTS = {
     "trange": "notebook_accel.progress",
     "LaunchPanel": "notebook_accel.widgets",
     "FsdpConfig": "notebook_accel.fsdp_config",
+    "ProjectConfiguration": "notebook_accel.project",
     "NotebookAccelError": "notebook_accel.errors",
     "ConfigError": "notebook_accel.errors",
     "PayloadError": "notebook_accel.errors",

@@ -23,6 +23,7 @@ from . import checkpoint, checkpoint_sharded, collectives, env
 from . import fsdp as fsdp_
 from .data import DataLoaderShard, shard_data_loader
 from .errors import ConfigError
+from .handlers import KwargsHandler, collect
 from .precision import (
     AcceleratedOptimizer,
     AcceleratedScheduler,
@@ -30,12 +31,14 @@ from .precision import (
     check_precision,
     make_precision,
 )
+from .project import ProjectConfiguration
 from .state import DistributedType, GradientState, ProcessState
 from .utils_seed import set_seed
 
 __all__ = ["Accelerator", "DistributedType"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+H = TypeVar("H", bound=KwargsHandler)
 _Params = torch.Tensor | Iterable[torch.Tensor]
 
 
@@ -62,6 +65,10 @@ class Accelerator:
         ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.
         fsdp: shard models with FSDP instead of DDP: an :class:`~notebook_accel.fsdp.FsdpConfig`,
             a dict of its fields or a strategy name; ``None`` takes the launcher's (off).
+        project_dir: where checkpoints and logs go (sets ``project_config.project_dir``).
+        project_config: a :class:`~notebook_accel.project.ProjectConfiguration`.
+        kwargs_handlers: option carriers for components, one of each kind
+            (see :mod:`notebook_accel.handlers`).
 
     Example:
         >>> accelerator = Accelerator()
@@ -83,6 +90,9 @@ class Accelerator:
         even_batches: bool = True,
         ddp_kwargs: dict[str, Any] | None = None,
         fsdp: fsdp_.FsdpConfig | dict[str, Any] | str | None = None,
+        project_dir: str | os.PathLike[str] | None = None,
+        project_config: ProjectConfiguration | None = None,
+        kwargs_handlers: list[KwargsHandler] | None = None,
     ) -> None:
         # Validate every argument before joining a process group: errors come out clean.
         if mixed_precision is None:
@@ -90,6 +100,12 @@ class Accelerator:
         precision = check_precision(mixed_precision)
         steps = _accumulation_steps(gradient_accumulation_steps)
         fsdp_config = fsdp_.FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
+        if project_config is not None and not isinstance(project_config, ProjectConfiguration):
+            raise ConfigError("project_config", project_config, "a ProjectConfiguration or None")
+        self.project_configuration = project_config or ProjectConfiguration()
+        if project_dir is not None:
+            self.project_configuration.set_directories(project_dir)
+        self._handlers = collect(kwargs_handlers)
         self.state = ProcessState.from_environment(cpu=cpu)
         self._sharder = fsdp_config and fsdp_.Sharder(fsdp_config, self.state)
         self.precision = make_precision(precision, self.state.device.type)
@@ -128,6 +144,17 @@ class Accelerator:
     gradient_accumulation_steps = property(
         lambda self: self.gradient_state.accumulation_steps, doc="Micro-batches per step."
     )
+
+    project_dir = property(
+        lambda self: self.project_configuration.project_dir, doc="The run's folder, or None."
+    )
+    logging_dir = property(
+        lambda self: self.project_configuration.logging_dir, doc="Where trackers write."
+    )
+
+    def _handler(self, kind: type[H]) -> H | None:
+        """The ``kwargs_handlers`` entry of class ``kind``, if the user gave one."""
+        return self._handlers.get(kind)  # type: ignore[return-value]
 
     @property
     def optimizer_step_was_skipped(self) -> bool:

@@ -8,7 +8,6 @@ the list of prepared objects and the shared ``GradientState``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -23,14 +22,23 @@ from . import checkpoint, checkpoint_sharded, collectives, env
 from . import fsdp as fsdp_
 from .data import DataLoaderShard, shard_data_loader
 from .errors import ConfigError
-from .handlers import KwargsHandler, collect
+from .handlers import (
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    collect,
+)
+from .memory import release_memory
 from .precision import (
     AcceleratedOptimizer,
     AcceleratedScheduler,
+    AutocastForward,
     MixedPrecision,
     check_precision,
     make_precision,
 )
+from .processes import PartialState
 from .project import ProjectConfiguration
 from .state import DistributedType, GradientState, ProcessState
 from .utils_seed import set_seed
@@ -62,12 +70,14 @@ class Accelerator:
             launcher's (1 outside a launch).
         cpu: train on the CPU even where a GPU exists.
         even_batches: pad the end of each epoch so every process gets as many batches.
-        ddp_kwargs: extra keyword arguments for ``DistributedDataParallel``.
+        ddp_kwargs: extra keyword arguments for ``DistributedDataParallel`` (with those of a
+            ``DistributedDataParallelKwargs`` handler; the same key in both is refused).
         fsdp: shard models with FSDP instead of DDP: an :class:`~notebook_accel.fsdp.FsdpConfig`,
             a dict of its fields or a strategy name; ``None`` takes the launcher's (off).
         project_dir: where checkpoints and logs go (sets ``project_config.project_dir``).
         project_config: a :class:`~notebook_accel.project.ProjectConfiguration`.
-        kwargs_handlers: option carriers for components, one of each kind
+        kwargs_handlers: option carriers for components, one of each kind:
+            ``DistributedDataParallelKwargs``, ``GradScalerKwargs``, ``InitProcessGroupKwargs``
             (see :mod:`notebook_accel.handlers`).
 
     Example:
@@ -106,14 +116,27 @@ class Accelerator:
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
         self._handlers = collect(kwargs_handlers)
-        self.state = ProcessState.from_environment(cpu=cpu)
+        ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
+        clash = sorted(set(ddp_options) & set(ddp_kwargs or {}))
+        if clash:
+            raise ConfigError(
+                "ddp_kwargs",
+                {k: (ddp_kwargs or {})[k] for k in clash},
+                "keys not also set by the DistributedDataParallelKwargs handler",
+            )
+        group_options = self._handler_kwargs(InitProcessGroupKwargs)
+        self.state = ProcessState.from_environment(cpu=cpu, group_options=group_options)
+        self._processes = PartialState.of(self.state)
         self._sharder = fsdp_config and fsdp_.Sharder(fsdp_config, self.state)
-        self.precision = make_precision(precision, self.state.device.type)
+        self.precision = make_precision(
+            precision, self.state.device.type, self._handler_kwargs(GradScalerKwargs)
+        )
         self.gradient_state = GradientState(accumulation_steps=steps)
         self.device_placement = device_placement
         self.split_batches = split_batches
         self.even_batches = even_batches
-        self.ddp_kwargs = dict(ddp_kwargs or {})
+        self.ddp_kwargs = {**ddp_options, **(ddp_kwargs or {})}
+        self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
         self.step = 0  # backward() calls, saved in checkpoints
         self._objects = checkpoint.Stateful()
         # Parameters that moving a model replaced during the current prepare() call.
@@ -133,6 +156,9 @@ class Accelerator:
     is_main_process = property(lambda self: self.state.is_main_process, doc="Rank 0.")
     is_local_main_process = property(
         lambda self: self.state.is_local_main_process, doc="Local rank 0."
+    )
+    is_last_process = property(
+        lambda self: self.state.rank == self.state.world_size - 1, doc="The highest rank."
     )
     distributed_type = property(lambda self: self.state.distributed_type, doc="NO/MULTI_CPU/...")
     use_distributed = property(lambda self: self.state.world_size > 1, doc="More than 1 rank.")
@@ -155,6 +181,11 @@ class Accelerator:
     def _handler(self, kind: type[H]) -> H | None:
         """The ``kwargs_handlers`` entry of class ``kind``, if the user gave one."""
         return self._handlers.get(kind)  # type: ignore[return-value]
+
+    def _handler_kwargs(self, kind: type[KwargsHandler]) -> dict[str, Any]:
+        """The options the user set in the ``kind`` handler (``{}`` without one)."""
+        handler = self._handler(kind)
+        return handler.to_kwargs() if handler is not None else {}
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
@@ -205,8 +236,13 @@ class Accelerator:
             self._replaced = {}  # drop the old parameters: nothing else may refer to them
         return out[0] if len(out) == 1 else tuple(out)
 
-    def _prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.device_placement:
+    def _prepare_model(
+        self,
+        model: torch.nn.Module,
+        device_placement: bool | None = None,
+        evaluation_mode: bool = False,
+    ) -> torch.nn.Module:
+        if self.device_placement if device_placement is None else device_placement:
             before = list(model.parameters())
             model.to(self.device)
             # On XLA (and with torch's overwrite-on-conversion flag) .to() makes new Parameter
@@ -220,16 +256,19 @@ class Accelerator:
                 self._replaced.update(replaced)
                 for opt in self._objects.optimizer:
                     _follow_parameters(opt.optimizer, replaced)
-        if self.precision.dtype is not None:
-            model._notebook_accel_forward = model.forward  # type: ignore[assignment]
-            model.forward = self.precision.wrap_forward(model.forward)
-        if self._sharder:
+        self.precision.wrap_forward(model)
+        if evaluation_mode:
+            pass  # inference only: device and precision, no DDP/FSDP wrapper
+        elif self._sharder:
             model = self._sharder.shard(model)
             for opt in self._objects.optimizer:  # optimizers prepared before their model
                 self._sharder.repoint(opt.optimizer)
         elif self.num_processes > 1 and any(p.requires_grad for p in model.parameters()):
             ids = [self.device.index] if self.device.type == "cuda" else None
             model = DistributedDataParallel(model, device_ids=ids, **self.ddp_kwargs)
+            ddp_handler = self._handler(DistributedDataParallelKwargs)
+            if ddp_handler is not None:
+                ddp_handler.register_comm_hook(model)
         self._objects.model.append(model)
         return model
 
@@ -249,7 +288,9 @@ class Accelerator:
         self._objects.scheduler.append(wrapped)
         return wrapped
 
-    def _prepare_loader(self, loader: DataLoader[Any]) -> DataLoaderShard:
+    def _prepare_loader(
+        self, loader: DataLoader[Any], device_placement: bool | None = None
+    ) -> DataLoaderShard:
         if self._shuffle_seed is None:
             # Every rank must draw the same permutation: the launch's seed, else rank 0's.
             launch_seed = env.launch_option("seed")
@@ -262,7 +303,9 @@ class Accelerator:
             self._shuffle_seed,
             split_batches=self.split_batches,
             even_batches=self.even_batches,
-            device_placement=self.device_placement,
+            device_placement=self.device_placement
+            if device_placement is None
+            else device_placement,
         )
         self._objects.loader.append(shard)
         return shard
@@ -352,40 +395,50 @@ class Accelerator:
             return data[:keep]
         return collectives.apply(lambda t: t[:keep], data)
 
-    # ---- processes -----------------------------------------------------------------------
+    # ---- processes: delegated to a PartialState over this Accelerator's state --------------
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the main process only."""
-        if self.is_main_process:
-            print(*args, **kwargs)
+        """``print`` on each machine's local main process only (as accelerate does)."""
+        self._processes.print(*args, **kwargs)
 
     def wait_for_everyone(self) -> None:
         """Barrier across all processes."""
         self.state.barrier()
 
-    @contextlib.contextmanager
-    def main_process_first(self) -> Iterator[None]:
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
         """Run the block on the main process first (e.g. a download), then on the others."""
-        if not self.is_main_process:
-            self.wait_for_everyone()
-        yield
-        if self.is_main_process:
-            self.wait_for_everyone()
+        return self._processes.main_process_first()
 
-    def on_main_process(self, function: F) -> F:
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Run the block on each machine's local main process first, then on the others."""
+        return self._processes.local_main_process_first()
+
+    def on_main_process(self, function: F | None = None) -> F:
         """Decorator: run ``function`` on the main process only (``None`` elsewhere)."""
-        return self._only_if(function, lambda: self.is_main_process)
+        return self._processes.on_main_process(function)
 
-    def on_local_main_process(self, function: F) -> F:
+    def on_local_main_process(self, function: F | None = None) -> F:
         """Decorator: run ``function`` on each machine's local main process only."""
-        return self._only_if(function, lambda: self.is_local_main_process)
+        return self._processes.on_local_main_process(function)
 
-    @staticmethod
-    def _only_if(function: F, condition: Callable[[], bool]) -> F:
-        @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if condition() else None
+    def on_last_process(self, function: F | None = None) -> F:
+        """Decorator: run ``function`` on the last process only."""
+        return self._processes.on_last_process(function)
 
-        return wrapper  # type: ignore[return-value]
+    def on_process(self, function: F | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run ``function`` on rank ``process_index`` only.
+
+        Example:
+            >>> @accelerator.on_process(process_index=1)  # doctest: +SKIP
+            ... def report():
+            ...     print("rank 1 here")
+        """
+        return self._processes.on_process(function, process_index)
+
+    def on_local_process(
+        self, function: F | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` on local rank ``local_process_index`` of each machine."""
+        return self._processes.on_local_process(function, local_process_index)
 
     def end_training(self) -> None:
         """Wait for every process, then leave the process group this Accelerator created."""
@@ -393,14 +446,139 @@ class Accelerator:
         if self.state.created_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
+    # ---- one object at a time: accelerate's prepare_* (prepare() does all of them) ---------
+    def prepare_model(
+        self,
+        model: torch.nn.Module,
+        device_placement: bool | None = None,
+        evaluation_mode: bool = False,
+    ) -> torch.nn.Module:
+        """Prepare one model: device, mixed precision, and DDP/FSDP unless ``evaluation_mode``.
+
+        Args:
+            model: the module.
+            device_placement: move it to :attr:`device` (default: the Accelerator's setting).
+            evaluation_mode: inference only: no DDP or FSDP wrapper, autocast still applies.
+        """
+        if isinstance(model, DistributedDataParallel) or fsdp_.is_sharded(model):
+            return model
+        self._replaced = {}
+        try:
+            return self._prepare_model(model, device_placement, evaluation_mode)
+        finally:
+            self._replaced = {}
+
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> AcceleratedOptimizer:
+        """Prepare one optimizer (prepare its model first). ``device_placement`` is accepted
+        for accelerate's signature: the optimizer's state follows its parameters anyway."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        return self._prepare_optimizer(optimizer)
+
+    def prepare_data_loader(
+        self,
+        data_loader: DataLoader[Any],
+        device_placement: bool | None = None,
+        slice_fn_for_dispatch: Callable[..., Any] | None = None,
+    ) -> DataLoaderShard:
+        """Prepare one data loader; ``device_placement`` overrides the Accelerator's setting.
+
+        ``slice_fn_for_dispatch`` is accepted for accelerate's signature and unused: loaders
+        are sharded per rank here, never dispatched from rank 0.
+        """
+        if isinstance(data_loader, DataLoaderShard):
+            return data_loader
+        return self._prepare_loader(data_loader, device_placement)
+
+    def prepare_scheduler(self, scheduler: LRScheduler) -> AcceleratedScheduler:
+        """Prepare one LR scheduler (prepare its optimizer first)."""
+        if isinstance(scheduler, AcceleratedScheduler):
+            return scheduler
+        return self._prepare_scheduler(scheduler)
+
+    # ---- triggers, gradient sync on demand, memory ------------------------------------------
+    def set_trigger(self) -> None:
+        """Raise this process's flag; the next :meth:`check_trigger` sees it on every process.
+
+        Example:
+            >>> if not torch.isfinite(loss):  # doctest: +SKIP
+            ...     accelerator.set_trigger()
+            >>> if accelerator.check_trigger():  # every process, same step  # doctest: +SKIP
+            ...     break
+        """
+        self.flag_tensor = torch.tensor(1, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """True on every process if any process called :meth:`set_trigger`; then reset.
+
+        A collective: call it on every process at the same point.
+        """
+        if self.flag_tensor is None:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+        raised = int(collectives.reduce(self.flag_tensor, "sum").item()) >= 1
+        if raised:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+        return raised
+
+    @staticmethod
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(model: torch.nn.Module) -> Iterator[None]:
+        """All-reduce gradients in the next backward, though its forward ran under ``no_sync``.
+
+        For several forward passes under :meth:`no_sync` followed by their backward passes: the
+        last backward, inside this block, synchronises all the accumulated gradients. A no-op
+        for a model that DDP does not wrap.
+
+        Example:
+            >>> with accelerator.no_sync(model):  # doctest: +SKIP
+            ...     loss_a, loss_b = loss_fn(model(a)), loss_fn(model(b))
+            >>> accelerator.backward(loss_a)  # doctest: +SKIP
+            >>> with accelerator.trigger_sync_in_backward(model):  # doctest: +SKIP
+            ...     accelerator.backward(loss_b)
+        """
+        if not isinstance(model, DistributedDataParallel):
+            yield
+            return
+        saved = (model.require_backward_grad_sync, model.require_forward_param_sync)
+        model.require_backward_grad_sync = True
+        model.require_forward_param_sync = True
+        # A forward under no_sync skipped this: arm the reducer so the backward all-reduces.
+        model.reducer.prepare_for_backward([])
+        try:
+            yield
+        finally:
+            model.require_backward_grad_sync, model.require_forward_param_sync = saved
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget every prepared model, optimizer, loader and scheduler, collect garbage and
+        empty the device cache; returns a ``None`` per argument, to reassign.
+
+        Call it between two trainings in one session (objects registered with
+        :meth:`register_for_checkpointing` are kept, as under accelerate). Resets :attr:`step`.
+
+        Example:
+            >>> model, optimizer = accelerator.free_memory(model, optimizer)  # doctest: +SKIP
+        """
+        for kind in ("model", "optimizer", "loader", "scheduler"):
+            getattr(self._objects, kind).clear()
+        self.precision.forget()
+        self.step = 0
+        return release_memory(*objects)
+
+    def clear(self, *objects: Any) -> list[None]:
+        """Alias of :meth:`free_memory`."""
+        return self.free_memory(*objects)
+
     # ---- models and checkpoints ----------------------------------------------------------
     def unwrap_model(
         self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
     ) -> torch.nn.Module:
         """The user's module, without DDP (and without the autocast forward if asked)."""
         inner = model.module if isinstance(model, DistributedDataParallel) else model
-        if not keep_fp32_wrapper and "_notebook_accel_forward" in inner.__dict__:
-            inner.forward = inner.__dict__.pop("_notebook_accel_forward")
+        if not keep_fp32_wrapper:
+            AutocastForward.remove(inner)
         return inner
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:

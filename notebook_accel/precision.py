@@ -11,7 +11,6 @@ The facade never branches on the precision's name: it asks the object.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, get_args
 
@@ -27,6 +26,7 @@ __all__ = [
     "Fp16Precision",
     "check_precision",
     "make_precision",
+    "AutocastForward",
     "AcceleratedOptimizer",
     "AcceleratedScheduler",
 ]
@@ -59,19 +59,22 @@ class Precision:
         with torch.autocast(device_type=self.device_type, dtype=self.dtype):
             yield
 
-    def wrap_forward(self, forward: Callable[..., Any]) -> Callable[..., Any]:
-        """Run ``forward`` under autocast and hand back float32 outputs (as accelerate does)."""
-        low = self.dtype
-        if low is None:
-            return forward
+    def wrap_forward(self, module: torch.nn.Module) -> None:
+        """Make ``module`` run under autocast with float32 outputs (as accelerate does).
 
-        @functools.wraps(forward)
-        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
-            with self.autocast():
-                out = forward(*args, **kwargs)
-            return _to_float32(out, low)
+        The forward is an :class:`AutocastForward` bound to this module, so a deep copy or a
+        pickle of the module carries its own autocast forward (never the original's).
+        """
+        if self.dtype is not None and not isinstance(
+            module.__dict__.get("forward"), AutocastForward
+        ):
+            module.forward = AutocastForward(module, self.device_type, self.dtype)
 
-        return autocast_forward
+    def track(self, optimizer: torch.optim.Optimizer) -> None:
+        """Note a prepared optimizer (fp16 updates its scaler once all have stepped)."""
+
+    def forget(self) -> None:
+        """Forget the prepared optimizers (:meth:`Accelerator.free_memory`)."""
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Back-propagate ``loss`` (scaled where the precision needs it)."""
@@ -101,38 +104,76 @@ class Bf16Precision(Precision):
 
 
 class Fp16Precision(Precision):
-    """float16 autocast with a GradScaler (CUDA, and CPU where torch supports it)."""
+    """float16 autocast with a GradScaler (CUDA, and CPU where torch supports it).
+
+    GradScaler's recipe with several optimizers is ``step`` each, then one ``update()``:
+    ``update()`` forgets which optimizers were already unscaled, so updating after the first
+    optimizer's step made the second one unscale (divide by the scale) a second time. The
+    update therefore runs once every prepared optimizer has stepped, or, when some do not step
+    this iteration (alternating GAN updates), before the next backward pass at the latest.
+    """
 
     name = "fp16"
     dtype = torch.float16
 
-    def __init__(self, device_type: str) -> None:
+    def __init__(self, device_type: str, scaler_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__(device_type)
-        self.scaler = torch.amp.GradScaler(device_type)
+        self.scaler = torch.amp.GradScaler(device_type, **(scaler_kwargs or {}))
         # GradScaler refuses a second unscale_ of one optimizer in one step; remember who was.
         self._unscaled: set[int] = set()
+        self._stepped: set[int] = set()  # optimizers stepped since the last update()
+        self._tracked: set[int] = set()  # the prepared optimizers (see track)
+
+    def track(self, optimizer: torch.optim.Optimizer) -> None:
+        """Count ``optimizer`` among those that step every iteration (see the class doc)."""
+        self._tracked.add(id(optimizer))
+
+    def forget(self) -> None:
+        """Settle the pending update and forget the prepared optimizers (free_memory)."""
+        self._settle()
+        self._tracked.clear()
+
+    def _settle(self) -> None:
+        """Run the pending ``update()``: the steps of this iteration are over."""
+        assert self.scaler is not None
+        if self._stepped:
+            self.scaler.update()
+            self._stepped.clear()
+            self._unscaled.clear()
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         assert self.scaler is not None
+        self._settle()
         self.scaler.scale(loss).backward(**kwargs)
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.scaler is not None
+        if id(optimizer) in self._stepped:
+            self._settle()
         if id(optimizer) not in self._unscaled:
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         assert self.scaler is not None
-        before = self.scaler.get_scale()
-        self.scaler.step(optimizer)
-        self.scaler.update()
-        self._unscaled.discard(id(optimizer))
-        # update() lowers the scale exactly when it found inf/nan and skipped the step.
-        return self.scaler.get_scale() >= before
+        if id(optimizer) in self._stepped:  # a second step without a backward in between
+            self._settle()
+        ran: list[bool] = []
+        # GradScaler calls optimizer.step() only when the gradients are finite: a post-hook
+        # tells whether it did, without reading the scaler's private per-optimizer state.
+        handle = optimizer.register_step_post_hook(lambda *_: ran.append(True))
+        try:
+            self.scaler.step(optimizer)
+        finally:
+            handle.remove()
+        self._stepped.add(id(optimizer))
+        if self._tracked <= self._stepped:
+            self._settle()
+        return bool(ran)
 
     def state_dict(self) -> dict[str, Any]:
         assert self.scaler is not None
+        self._settle()
         return {"scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -183,8 +224,12 @@ def check_precision(name: object) -> str:
     return str(name)
 
 
-def make_precision(name: object, device_type: str) -> Precision:
+def make_precision(
+    name: object, device_type: str, scaler_kwargs: dict[str, Any] | None = None
+) -> Precision:
     """The precision object for ``name`` (``"no"``, ``"fp16"`` or ``"bf16"``).
+
+    ``scaler_kwargs`` go to fp16's ``torch.amp.GradScaler`` (``GradScalerKwargs``).
 
     Raises:
         ConfigError: ``name`` is not one of the accepted values.
@@ -200,6 +245,8 @@ def make_precision(name: object, device_type: str) -> Precision:
                 "mixed_precision", name, "'no' or 'bf16' on TPU (XLA)", "TPUs compute in bf16."
             )
         return XlaPrecision(device_type, name)
+    if name == "fp16":
+        return Fp16Precision(device_type, scaler_kwargs)
     return _PRECISIONS[name](device_type)
 
 
@@ -213,6 +260,51 @@ def _to_float32(data: Any, low: torch.dtype) -> Any:
     if isinstance(data, list | tuple):
         return type(data)(_to_float32(v, low) for v in data)
     return data
+
+
+class AutocastForward:
+    """A module's forward under autocast, returning float32: stored as ``module.forward``.
+
+    It keeps a reference to its module and looks the module's own forward up at call time,
+    instead of closing over a bound method: ``copy.deepcopy`` then gives the copy a wrapper
+    that runs the copy (an EMA model with its own weights), and ``pickle``/``torch.save``
+    of the module work, since this class is importable and holds no closure.
+
+    Example:
+        >>> model = torch.nn.Linear(2, 2)
+        >>> model.forward = AutocastForward(model, "cpu", torch.bfloat16)
+        >>> model(torch.ones(1, 2)).dtype
+        torch.float32
+    """
+
+    def __init__(self, module: torch.nn.Module, device_type: str, dtype: torch.dtype) -> None:
+        self.module = module
+        self.device_type = device_type
+        self.dtype = dtype
+        # A forward the user had set on the instance (rare) is kept and run; else the class's.
+        self.inner = module.__dict__.get("forward")
+
+    @property
+    def __wrapped__(self) -> Callable[..., Any]:
+        # inspect.signature() follows this: the wrapper shows the model's own signature.
+        if self.inner is not None:
+            return self.inner
+        return type(self.module).forward.__get__(self.module)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device_type=self.device_type, dtype=self.dtype):
+            out = self.__wrapped__(*args, **kwargs)
+        return _to_float32(out, self.dtype)
+
+    @staticmethod
+    def remove(module: torch.nn.Module) -> None:
+        """Give ``module`` back its forward without autocast (no-op if it has none)."""
+        wrapper = module.__dict__.get("forward")
+        if isinstance(wrapper, AutocastForward):
+            if wrapper.inner is None:
+                del module.forward
+            else:
+                module.forward = wrapper.inner
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):
@@ -235,6 +327,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.precision = precision
         self.gradients = gradients
         self.step_was_skipped = False
+        precision.track(optimizer)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this wrapper lacks; guard against lookups before __init__.

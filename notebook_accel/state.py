@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -101,8 +102,15 @@ class ProcessState:
     created_group: bool = False
 
     @classmethod
-    def from_environment(cls, cpu: bool = False) -> ProcessState:
-        """Read the job's variables, pick the device and join the process group if needed."""
+    def from_environment(
+        cls, cpu: bool = False, group_options: dict[str, Any] | None = None
+    ) -> ProcessState:
+        """Read the job's variables, pick the device and join the process group if needed.
+
+        ``group_options`` (``InitProcessGroupKwargs``): ``backend``, ``init_method`` and
+        ``timeout`` for ``init_process_group`` when this call creates the group.
+        """
+        options = dict(group_options or {})
         device_type = "cpu" if cpu else (env.launch_option("device_type") or _auto_device_type())
         job = _xla_job() if device_type == "xla" else env.read_distributed()
         if device_type not in _DEVICE_KINDS:
@@ -112,8 +120,9 @@ class ProcessState:
         default_backend, multi_type = _DEVICE_KINDS[device_type]
         # cpu=True must win over a launcher that chose CUDA: NCCL cannot move CPU tensors.
         backend = default_backend if cpu else (env.launch_option("backend") or default_backend)
+        backend = options.pop("backend", None) or backend
         device = _device_for(device_type, job.local_rank)
-        created = _join_group(backend, job) if job.world_size > 1 else False
+        created = _join_group(backend, job, options) if job.world_size > 1 else False
         return cls(
             rank=job.rank,
             local_rank=job.local_rank,
@@ -129,6 +138,13 @@ class ProcessState:
     def is_main_process(self) -> bool:
         """True on global rank 0."""
         return self.rank == 0
+
+    # accelerate's names, for code that reads ``accelerator.state.<name>``.
+    process_index = property(lambda self: self.rank, doc="Global rank (accelerate's name).")
+    local_process_index = property(lambda self: self.local_rank, doc="Rank on this machine.")
+    num_processes = property(lambda self: self.world_size, doc="Processes in the job.")
+    use_distributed = property(lambda self: self.world_size > 1, doc="More than one process.")
+    is_last_process = property(lambda self: self.rank == self.world_size - 1, doc="Last rank.")
 
     @property
     def is_local_main_process(self) -> bool:
@@ -161,7 +177,9 @@ def _xla_job() -> env.DistributedEnv:
     )
 
 
-def _join_group(backend: str, job: env.DistributedEnv) -> bool:
+def _join_group(
+    backend: str, job: env.DistributedEnv, options: dict[str, Any] | None = None
+) -> bool:
     """Join (or reuse) the default process group; True when this call created it."""
     if backend == "xla":
         return _join_xla_group()
@@ -173,7 +191,9 @@ def _join_group(backend: str, job: env.DistributedEnv) -> bool:
                 f"the size of the existing process group ({dist.get_world_size()})",
             )
         return False
-    if job.master_addr is None or job.master_port is None:
+    options = dict(options or {})
+    init_method = options.pop("init_method", None) or "env://"
+    if init_method == "env://" and (job.master_addr is None or job.master_port is None):
         raise ConfigError(
             "MASTER_ADDR/MASTER_PORT",
             (job.master_addr, job.master_port),
@@ -182,7 +202,9 @@ def _join_group(backend: str, job: env.DistributedEnv) -> bool:
         )
     # Rank and world are passed explicitly so SLURM-style jobs (no RANK variable) work too;
     # env:// still reads MASTER_ADDR/PORT and, under our launcher, uses the parent's store.
-    dist.init_process_group(backend, init_method="env://", rank=job.rank, world_size=job.world_size)
+    dist.init_process_group(
+        backend, init_method=init_method, rank=job.rank, world_size=job.world_size, **options
+    )
     return True
 
 

@@ -460,7 +460,8 @@ class Accelerator:
             device_placement: move it to :attr:`device` (default: the Accelerator's setting).
             evaluation_mode: inference only: no DDP or FSDP wrapper, autocast still applies.
         """
-        if isinstance(model, DistributedDataParallel) or fsdp_.is_sharded(model):
+        already = any(model is m for m in self._objects.model)
+        if already or isinstance(model, DistributedDataParallel) or fsdp_.is_sharded(model):
             return model
         self._replaced = {}
         try:

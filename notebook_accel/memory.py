@@ -34,6 +34,7 @@ _OUT_OF_MEMORY_MESSAGES = (
     " out of memory.",
     "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
     "DefaultCPUAllocator: can't allocate memory",
+    "DefaultCPUAllocator: not enough memory",
 )
 
 

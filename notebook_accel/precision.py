@@ -11,6 +11,7 @@ The facade never branches on the precision's name: it asks the object.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, get_args
 
@@ -265,10 +266,12 @@ def _to_float32(data: Any, low: torch.dtype) -> Any:
 class AutocastForward:
     """A module's forward under autocast, returning float32: stored as ``module.forward``.
 
-    It keeps a reference to its module and looks the module's own forward up at call time,
-    instead of closing over a bound method: ``copy.deepcopy`` then gives the copy a wrapper
-    that runs the copy (an EMA model with its own weights), and ``pickle``/``torch.save``
-    of the module work, since this class is importable and holds no closure.
+    It refers to its module and looks the module's own forward up at call time, instead of
+    closing over a bound method: ``copy.deepcopy`` of the module gives the copy a wrapper that
+    runs the copy (an EMA model with its own weights), and ``pickle``/``torch.save`` of the
+    module work, since this class is importable and holds no closure. The reference is weak,
+    so the module and its wrapper form no cycle: dropping the last reference to a model frees
+    its (device) memory at once, without waiting for the garbage collector.
 
     Example:
         >>> model = torch.nn.Linear(2, 2)
@@ -278,18 +281,43 @@ class AutocastForward:
     """
 
     def __init__(self, module: torch.nn.Module, device_type: str, dtype: torch.dtype) -> None:
-        self.module = module
+        self._module = weakref.ref(module)
         self.device_type = device_type
         self.dtype = dtype
         # A forward the user had set on the instance (rare) is kept and run; else the class's.
         self.inner = module.__dict__.get("forward")
 
     @property
+    def module(self) -> torch.nn.Module:
+        """The module this forward belongs to."""
+        module = self._module()
+        if module is None:
+            raise ReferenceError("the module of this autocast forward no longer exists")
+        return module
+
+    def __getstate__(self) -> dict[str, Any]:
+        # deepcopy and pickle see the module itself: a copy of the module (found in their
+        # memo) gets a wrapper of its own.
+        return {
+            "module": self.module,
+            "device_type": self.device_type,
+            "dtype": self.dtype,
+            "inner": self.inner,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._module = weakref.ref(state["module"])
+        self.device_type = state["device_type"]
+        self.dtype = state["dtype"]
+        self.inner = state["inner"]
+
+    @property
     def __wrapped__(self) -> Callable[..., Any]:
         # inspect.signature() follows this: the wrapper shows the model's own signature.
         if self.inner is not None:
             return self.inner
-        return type(self.module).forward.__get__(self.module)
+        module = self.module
+        return type(module).forward.__get__(module)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with torch.autocast(device_type=self.device_type, dtype=self.dtype):

@@ -51,13 +51,10 @@ def _everything() -> dict:
     with acc.split_between_processes({"x": [1, 2, 3]}, apply_padding=True) as mine:
         r["split_dict"] = mine
 
-    order: list[str] = []
-    with acc.main_process_first():
-        order.append(f"in {rank}")
+    # main_process_first's order and print's "exactly once": test_accelerator_processes.py
     r["only_main"] = acc.on_main_process(lambda: "ran")()
     r["only_local_main"] = acc.on_local_main_process(lambda: "ran")()
     acc.wait_for_everyone()
-    acc.print("printed once")
     acc.end_training()
     import torch.distributed as dist
 

@@ -149,3 +149,20 @@ def test_fp16_overflow_is_reported_per_optimizer() -> None:
     assert not torch.equal(b.weight, before)
     assert acc.optimizer_step_was_skipped and acc.scaler is not None
     assert acc.scaler.get_scale() == 4.0  # one overflow: backed off once
+
+
+def test_a_prepared_model_is_freed_without_the_garbage_collector() -> None:
+    import gc
+    import weakref
+
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator(mixed_precision="bf16")
+    model = acc.prepare_model(torch.nn.Linear(2, 2))
+    probe = weakref.ref(model)
+    gc.disable()
+    try:
+        model = acc.free_memory(model)[0]
+        assert probe() is None  # no module <-> forward cycle keeps its memory
+    finally:
+        gc.enable()

@@ -245,3 +245,13 @@ def test_ddp_options_in_both_places_are_refused() -> None:
         Accelerator(ddp_kwargs={"find_unused_parameters": False}, kwargs_handlers=[handler])
     both = Accelerator(ddp_kwargs={"static_graph": True}, kwargs_handlers=[handler])
     assert both.ddp_kwargs == {"find_unused_parameters": True, "static_graph": True}
+
+
+def test_accelerate_utils_names_are_reachable() -> None:
+    import notebook_accel
+    from notebook_accel import utils
+
+    for name in ("InitProcessGroupKwargs", "find_executable_batch_size", "set_seed"):
+        assert getattr(utils, name) is getattr(notebook_accel, name)
+    with pytest.raises(ImportError):
+        exec("from notebook_accel.utils import not_a_name")

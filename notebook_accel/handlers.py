@@ -116,6 +116,17 @@ class DistributedDataParallelKwargs(KwargsHandler):
     comm_wrapper: DDPCommunicationHookType | str = DDPCommunicationHookType.NO
     comm_state_option: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        names = ", ".join(repr(h.value) for h in DDPCommunicationHookType)
+        for field in ("comm_hook", "comm_wrapper"):
+            value = getattr(self, field)
+            try:
+                setattr(self, field, DDPCommunicationHookType(value))
+            except ValueError:
+                raise ConfigError(
+                    f"DistributedDataParallelKwargs.{field}", value, f"one of {names}"
+                ) from None
+
     def to_kwargs(self) -> dict[str, Any]:
         """DDP's keyword arguments: the set fields, without the hook options."""
         return {k: v for k, v in super().to_kwargs().items() if k not in _HOOK_FIELDS}
@@ -124,10 +135,8 @@ class DistributedDataParallelKwargs(KwargsHandler):
         """Register ``comm_hook`` (wrapped by ``comm_wrapper``) on a DDP ``model``."""
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
-        kind, wrap = (
-            DDPCommunicationHookType(self.comm_hook),
-            DDPCommunicationHookType(self.comm_wrapper),
-        )
+        kind = DDPCommunicationHookType(self.comm_hook)
+        wrap = DDPCommunicationHookType(self.comm_wrapper)
         hooks = {
             DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
             DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
@@ -186,3 +195,11 @@ class InitProcessGroupKwargs(KwargsHandler):
     backend: str | None = None
     init_method: str | None = None
     timeout: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None and not isinstance(self.timeout, timedelta):
+            raise ConfigError(
+                "InitProcessGroupKwargs.timeout",
+                self.timeout,
+                "a datetime.timedelta, e.g. timedelta(minutes=30), or None",
+            )

@@ -149,9 +149,8 @@ class Fp16Precision(Precision):
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         assert self.scaler is not None
-        if id(optimizer) in self._stepped:
-            self._settle()
-        if id(optimizer) not in self._unscaled:
+        # Stepped since the last update: its gradients were unscaled by that step already.
+        if id(optimizer) not in self._unscaled and id(optimizer) not in self._stepped:
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 

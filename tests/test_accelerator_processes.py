@@ -255,3 +255,12 @@ def test_accelerate_utils_names_are_reachable() -> None:
         assert getattr(utils, name) is getattr(notebook_accel, name)
     with pytest.raises(ImportError):
         exec("from notebook_accel.utils import not_a_name")
+
+
+def test_handler_values_are_checked() -> None:
+    with pytest.raises(ConfigError, match="timeout"):
+        InitProcessGroupKwargs(timeout=600)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="comm_hook") as err:
+        DistributedDataParallelKwargs(comm_hook="fp8")
+    assert "'power_sgd'" in err.value.accepted
+    assert DistributedDataParallelKwargs(comm_hook="bf16").to_kwargs() == {}  # hooks aside

@@ -1,8 +1,8 @@
 """The API surface added for ported code gives accelerate's answers: one body, two imports.
 
 The same function body runs on 2 gloo processes with ``accelerate``'s imports and then with
-ours (only the import lines differ), and every recorded answer must agree. Skipped where
-accelerate is not installed (it is the ``bench`` extra).
+ours (only the import lines differ), and every recorded answer must agree (accelerate is in
+the ``dev`` extra; skipped where it is not installed).
 """
 
 from __future__ import annotations

@@ -347,9 +347,17 @@ class Accelerator:
                     stack.enter_context(self.no_sync(model))
             yield
 
-    def unscale_gradients(self, optimizer: torch.optim.Optimizer | None = None) -> None:
-        """Divide fp16-scaled gradients back (once per step); a no-op for other precisions."""
-        targets = [optimizer] if optimizer is not None else self._objects.optimizer
+    def unscale_gradients(
+        self, optimizer: torch.optim.Optimizer | list[torch.optim.Optimizer] | None = None
+    ) -> None:
+        """Divide fp16-scaled gradients back (once per step); a no-op for other precisions.
+
+        ``optimizer``: one optimizer or a list of them; default: every prepared optimizer.
+        """
+        if optimizer is None:
+            targets: list[Any] = list(self._objects.optimizer)
+        else:
+            targets = list(optimizer) if isinstance(optimizer, list | tuple) else [optimizer]
         for opt in targets:
             self.precision.unscale_(getattr(opt, "optimizer", opt))
 

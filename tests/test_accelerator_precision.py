@@ -133,6 +133,12 @@ def test_fp16_two_optimizers_with_clipping_unscale_each_once() -> None:
         opt_b.zero_grad()
     assert acc.scaler.get_scale() == 2 ** (7 + 4)
 
+    # unscale_gradients takes a list too (accelerate's signature); twice is still once.
+    acc.backward(a(x).sum() + b(x).sum())
+    acc.unscale_gradients([opt_a, opt_b])
+    acc.unscale_gradients(opt_b)
+    assert a.weight.grad.tolist() == b.weight.grad.tolist() == [[1.0] * 3]  # type: ignore[union-attr]
+
 
 def test_fp16_overflow_is_reported_per_optimizer() -> None:
     from notebook_accel.accelerator import Accelerator

@@ -20,7 +20,8 @@ from torch.utils.data import DataLoader
 
 from . import checkpoint, checkpoint_sharded, collectives, env
 from . import fsdp as fsdp_
-from .data import DataLoaderShard, shard_data_loader
+from .data import DataLoaderShard, shard_data_loader, skip_first_batches
+from .data_config import DataLoaderConfiguration
 from .errors import ConfigError
 from .handlers import (
     DistributedDataParallelKwargs,
@@ -64,12 +65,14 @@ class Accelerator:
     Args:
         device_placement: move prepared models and every batch to :attr:`device`.
         split_batches: a loader's batch size is the global one, cut across processes
-            (default: every process gets the loader's batch size).
+            (default: every process gets the loader's batch size); also settable in
+            ``dataloader_config``.
         mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; ``None`` takes the launcher's.
         gradient_accumulation_steps: micro-batches per optimizer step; ``None`` takes the
             launcher's (1 outside a launch).
         cpu: train on the CPU even where a GPU exists.
-        even_batches: pad the end of each epoch so every process gets as many batches.
+        even_batches: pad the end of each epoch so every process gets as many batches
+            (default True); also settable in ``dataloader_config``.
         ddp_kwargs: extra keyword arguments for ``DistributedDataParallel`` (with those of a
             ``DistributedDataParallelKwargs`` handler; the same key in both is refused).
         fsdp: shard models with FSDP instead of DDP: an :class:`~notebook_accel.fsdp.FsdpConfig`,
@@ -79,6 +82,11 @@ class Accelerator:
         kwargs_handlers: option carriers for components, one of each kind:
             ``DistributedDataParallelKwargs``, ``GradScalerKwargs``, ``InitProcessGroupKwargs``
             (see :mod:`notebook_accel.handlers`).
+        dataloader_config: a :class:`~notebook_accel.data_config.DataLoaderConfiguration`
+            (how loaders are sharded: split, dispatch, even batches, seedable sampler...).
+        step_scheduler_with_optimizer: a prepared LR scheduler steps only with its optimizer,
+            ``num_processes`` times per optimizer step (once with ``split_batches``), as
+            accelerate does; ``False``: every ``scheduler.step()`` call steps it once.
 
     Example:
         >>> accelerator = Accelerator()
@@ -93,16 +101,18 @@ class Accelerator:
     def __init__(
         self,
         device_placement: bool = True,
-        split_batches: bool = False,
+        split_batches: bool | None = None,
         mixed_precision: MixedPrecision | None = None,
         gradient_accumulation_steps: int | None = None,
         cpu: bool = False,
-        even_batches: bool = True,
+        even_batches: bool | None = None,
         ddp_kwargs: dict[str, Any] | None = None,
         fsdp: fsdp_.FsdpConfig | dict[str, Any] | str | None = None,
         project_dir: str | os.PathLike[str] | None = None,
         project_config: ProjectConfiguration | None = None,
         kwargs_handlers: list[KwargsHandler] | None = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        step_scheduler_with_optimizer: bool = True,
     ) -> None:
         # Validate every argument before joining a process group: errors come out clean.
         if mixed_precision is None:
@@ -116,6 +126,12 @@ class Accelerator:
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
         self._handlers = collect(kwargs_handlers)
+        self.dataloader_config = _data_config(dataloader_config, split_batches, even_batches)
+        if not isinstance(step_scheduler_with_optimizer, bool):
+            raise ConfigError(
+                "step_scheduler_with_optimizer", step_scheduler_with_optimizer, "True or False"
+            )
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
         clash = sorted(set(ddp_options) & set(ddp_kwargs or {}))
         if clash:
@@ -133,8 +149,6 @@ class Accelerator:
         )
         self.gradient_state = GradientState(accumulation_steps=steps)
         self.device_placement = device_placement
-        self.split_batches = split_batches
-        self.even_batches = even_batches
         self.ddp_kwargs = {**ddp_options, **(ddp_kwargs or {})}
         self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
         self.step = 0  # backward() calls, saved in checkpoints
@@ -176,6 +190,22 @@ class Accelerator:
     )
     logging_dir = property(
         lambda self: self.project_configuration.logging_dir, doc="Where trackers write."
+    )
+
+    split_batches = property(
+        lambda self: self.dataloader_config.split_batches, doc="Loaders cut global batches."
+    )
+    even_batches = property(
+        lambda self: self.dataloader_config.even_batches, doc="Last rounds are completed."
+    )
+    dispatch_batches = property(
+        lambda self: self.dataloader_config.dispatch_batches, doc="Main process reads data."
+    )
+    non_blocking = property(
+        lambda self: self.dataloader_config.non_blocking, doc="Asynchronous batch copies."
+    )
+    use_seedable_sampler = property(
+        lambda self: self.dataloader_config.use_seedable_sampler, doc="Seed+epoch shuffles."
     )
 
     def _handler(self, kind: type[H]) -> H | None:
@@ -284,28 +314,37 @@ class Accelerator:
     def _prepare_scheduler(self, scheduler: LRScheduler) -> AcceleratedScheduler:
         target = scheduler.optimizer  # the user's optimizer, or our wrapper if made after prepare
         mine = [o for o in self._objects.optimizer if target in (o, o.optimizer)]
-        wrapped = AcceleratedScheduler(scheduler, mine)
+        wrapped = AcceleratedScheduler(
+            scheduler,
+            mine,
+            num_processes=self.num_processes,
+            split_batches=self.split_batches,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+        )
         self._objects.scheduler.append(wrapped)
         return wrapped
 
     def _prepare_loader(
         self, loader: DataLoader[Any], device_placement: bool | None = None
     ) -> DataLoaderShard:
-        if self._shuffle_seed is None:
-            # Every rank must draw the same permutation: the launch's seed, else rank 0's.
+        config = self.dataloader_config
+        if self._shuffle_seed is None and config.use_seedable_sampler:
+            # Every rank must draw the same permutation: data_seed, the launch's seed, else
+            # rank 0's initial seed.
             launch_seed = env.launch_option("seed")
             seed = int(launch_seed) if launch_seed else torch.initial_seed()
+            if config.data_seed is not None:
+                seed = config.data_seed
             self._shuffle_seed = int(collectives.broadcast_object_list([seed])[0])
         shard = shard_data_loader(
             loader,
             self.state,
             self.gradient_state,
-            self._shuffle_seed,
-            split_batches=self.split_batches,
-            even_batches=self.even_batches,
+            self._shuffle_seed or 0,
             device_placement=self.device_placement
             if device_placement is None
             else device_placement,
+            config=config,
         )
         self._objects.loader.append(shard)
         return shard
@@ -391,10 +430,12 @@ class Accelerator:
     split_between_processes = staticmethod(collectives.split_between_processes)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """:meth:`gather`, minus the samples that ``even_batches`` repeated at the epoch's end."""
-        leaves: list[Any] = []
-        collectives.apply(leaves.append, input_data)
-        by_object = use_gather_object or not leaves
+        """:meth:`gather`, minus the samples that ``even_batches`` repeated at the epoch's end.
+
+        Data that is not all tensors (strings, numbers, mixed nests) goes through
+        :meth:`gather_object`, as in accelerate.
+        """
+        by_object = use_gather_object or not collectives.all_tensors(input_data)
         data = collectives.gather_object(input_data) if by_object else self.gather(input_data)
         keep = self.gradient_state.remainder
         if not self.gradient_state.end_of_dataloader or keep < 0:
@@ -402,6 +443,50 @@ class Accelerator:
         if isinstance(data, list) and by_object:
             return data[:keep]
         return collectives.apply(lambda t: t[:keep], data)
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """The loader's next epoch without its first ``num_batches`` batches (for resuming).
+
+        Example:
+            >>> accelerator.load_state("ckpt")  # doctest: +SKIP
+            >>> for batch in accelerator.skip_first_batches(loader, resume_step):  # doctest: +SKIP
+            ...     ...
+        """
+        return skip_first_batches(dataloader, num_batches)
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(
+        self, joinables: list[Any], even_batches: bool | None = None
+    ) -> Iterator[None]:
+        """Train on uneven inputs with torch's ``Join`` (DDP shadows the finished ranks).
+
+        ``even_batches`` overrides the Accelerator's for the prepared map-style loaders inside
+        the block; Join is active when batches are not evened. Unlike accelerate, it works on
+        CPU (gloo) too. In one process it does nothing.
+
+        Example:
+            >>> with accelerator.join_uneven_inputs([model], even_batches=False):  # doctest: +SKIP
+            ...     for x, y in loader:
+            ...         ...
+        """
+        if self.num_processes == 1:
+            yield
+            return
+        from torch.distributed.algorithms.join import Join
+
+        loaders = list(self._objects.loader)
+        before = [loader.even_batches for loader in loaders]
+        if even_batches is not None:
+            for loader in loaders:
+                loader.even_batches = even_batches
+        else:
+            even_batches = self.even_batches
+        try:
+            with Join(joinables, enable=not even_batches, throw_on_early_termination=False):
+                yield
+        finally:
+            for loader, value in zip(loaders, before, strict=True):
+                loader.even_batches = value
 
     # ---- processes: delegated to a PartialState over this Accelerator's state --------------
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -647,6 +732,27 @@ class Accelerator:
             f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
             f"mixed_precision={self.mixed_precision!r})"
         )
+
+
+def _data_config(
+    config: DataLoaderConfiguration | None, split_batches: bool | None, even_batches: bool | None
+) -> DataLoaderConfiguration:
+    """One DataLoaderConfiguration from ``dataloader_config`` or the two direct arguments."""
+    if config is not None and not isinstance(config, DataLoaderConfiguration):
+        raise ConfigError("dataloader_config", config, "a DataLoaderConfiguration or None")
+    if config is not None and (split_batches is not None or even_batches is not None):
+        raise ConfigError(
+            "split_batches/even_batches",
+            (split_batches, even_batches),
+            "None when dataloader_config is given",
+            "Set them in the DataLoaderConfiguration.",
+        )
+    if config is not None:
+        return config
+    return DataLoaderConfiguration(
+        split_batches=False if split_batches is None else split_batches,
+        even_batches=True if even_batches is None else even_batches,
+    )
 
 
 def _follow_parameters(

@@ -2,7 +2,10 @@
 
 Every function takes tensors or any nesting of lists, tuples and dicts of tensors, and is a
 cheap identity (or the obvious single-process answer) when the job has one process, so user
-code runs unchanged in a plain Python process.
+code runs unchanged in a plain Python process. ``gather``, ``reduce``, ``broadcast`` and
+``pad_across_processes`` raise ``TypeError`` for any other leaf (a float, a string, None), in
+one process too, so the mistake shows before a multi-process run; objects go through
+``gather_object`` / ``broadcast_object_list``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .errors import ConfigError
 
 __all__ = [
     "apply",
+    "all_tensors",
     "gather",
     "gather_object",
     "reduce",
@@ -72,6 +76,52 @@ def apply(fn: Callable[[torch.Tensor], Any], data: Any) -> Any:
     return data
 
 
+def all_tensors(data: Any) -> bool:
+    """Whether ``data`` is a tensor or a nest of lists, tuples and dicts with only tensors."""
+    if isinstance(data, torch.Tensor):
+        return True
+    if isinstance(data, dict):
+        return all(all_tensors(v) for v in data.values())
+    if isinstance(data, list | tuple):
+        return all(all_tensors(v) for v in data)
+    return False
+
+
+def _apply_tensors(fn: Callable[[torch.Tensor], Any], data: Any, caller: str) -> Any:
+    """:func:`apply`, refusing leaves that are not tensors (as accelerate does)."""
+    return apply(fn, _require_tensors(data, caller))
+
+
+def _require_tensors(data: Any, caller: str) -> Any:
+    """``data`` itself, or a TypeError naming ``caller`` and the leaf types that are not tensors."""
+    if not all_tensors(data):
+        found: list[str] = []
+
+        def note(leaf: Any) -> Any:
+            found.append(type(leaf).__name__)
+            return leaf
+
+        _apply_leaves(note, data)
+        raise TypeError(
+            f"{caller}() takes tensors, or lists/tuples/dicts of tensors; got "
+            f"{', '.join(sorted(set(found)))}. Make numbers tensors on the accelerator's "
+            "device (torch.tensor(x, device=accelerator.device)); send other objects with "
+            "gather_object() or broadcast_object_list()."
+        )
+    return data
+
+
+def _apply_leaves(fn: Callable[[Any], Any], data: Any) -> None:
+    if isinstance(data, dict):
+        for v in data.values():
+            _apply_leaves(fn, v)
+    elif isinstance(data, list | tuple):
+        for v in data:
+            _apply_leaves(fn, v)
+    elif not isinstance(data, torch.Tensor):
+        fn(data)
+
+
 def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.ndim == 0:
         tensor = tensor[None]
@@ -95,8 +145,8 @@ def gather(data: Any) -> Any:
         tensor([0, 1])
     """
     if _world() == 1:
-        return data
-    return apply(_gather_one, data)
+        return _require_tensors(data, "gather")
+    return _apply_tensors(_gather_one, data, "gather")
 
 
 def gather_object(obj: Any) -> list[Any]:
@@ -118,43 +168,44 @@ def gather_object(obj: Any) -> list[Any]:
     return out
 
 
-def reduce(data: Any, reduction: Literal["sum", "mean"] = "sum", scale: float = 1.0) -> Any:
-    """Sum (or average) tensors across processes; inputs are left untouched.
+def reduce(data: Any, reduction: Literal["sum", "mean", "max"] = "sum", scale: float = 1.0) -> Any:
+    """Sum, average or take the maximum of tensors across processes; inputs are left untouched.
 
     Example:
         >>> reduce(torch.tensor(1.0), "sum")  # on 2 processes  # doctest: +SKIP
         tensor(2.)
     """
-    if reduction not in ("sum", "mean"):
-        raise ConfigError("reduction", reduction, "'sum' or 'mean'")
+    if reduction not in ("sum", "mean", "max"):
+        raise ConfigError("reduction", reduction, "'sum', 'mean' or 'max'")
     world = _world()
+    biggest = reduction == "max"
 
     def one(tensor: torch.Tensor) -> torch.Tensor:
         out = tensor.clone()
         if world > 1 and not dist.is_initialized():
             import torch_xla.core.xla_model as xm
 
-            out = xm.all_reduce(xm.REDUCE_SUM, out)
+            out = xm.all_reduce(xm.REDUCE_MAX if biggest else xm.REDUCE_SUM, out)
         elif world > 1:
-            dist.all_reduce(out, op=dist.ReduceOp.SUM)
+            dist.all_reduce(out, op=dist.ReduceOp.MAX if biggest else dist.ReduceOp.SUM)
         if reduction == "mean":
             out = out / world
         return out * scale if scale != 1.0 else out
 
-    return apply(one, data)
+    return _apply_tensors(one, data, "reduce")
 
 
 def broadcast(data: Any, from_process: int = 0) -> Any:
     """Every process receives ``from_process``'s tensors (same shapes needed everywhere)."""
     if _world() == 1:
-        return data
+        return _require_tensors(data, "broadcast")
 
     def one(tensor: torch.Tensor) -> torch.Tensor:
         out = tensor.clone().contiguous()
         dist.broadcast(out, src=from_process)
         return out
 
-    return apply(one, data)
+    return _apply_tensors(one, data, "broadcast")
 
 
 def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
@@ -174,7 +225,7 @@ def pad_across_processes(
         tensor([1., 0.])  # rank 0
     """
     if _world() == 1:
-        return data
+        return _require_tensors(data, "pad_across_processes")
 
     def one(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.ndim == 0 or dim >= tensor.ndim or dim < -tensor.ndim:
@@ -191,7 +242,7 @@ def pad_across_processes(
         out.narrow(axis, start, tensor.shape[axis]).copy_(tensor)
         return out
 
-    return apply(one, data)
+    return _apply_tensors(one, data, "pad_across_processes")
 
 
 def _slice(data: Any, start: int, stop: int) -> Any:

@@ -396,23 +396,49 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
 
 class AcceleratedScheduler:
-    """An LR scheduler that steps only when its optimizer(s) really stepped.
+    """An LR scheduler that steps with its optimizer(s), as accelerate's does.
 
-    One optimizer step gives one scheduler step, whatever the number of processes.
+    On a step where the optimizer really stepped, the schedule advances ``num_processes``
+    times when each process has its own batches (the global batch is ``num_processes`` times
+    the loader's, so a schedule sized from the unprepared loader ends on time) and once with
+    ``split_batches``. Nothing happens mid-accumulation or when fp16 skipped the step. With
+    ``step_with_optimizer=False`` each call steps the schedule once, unconditionally.
     """
 
-    def __init__(self, scheduler: Any, optimizers: list[AcceleratedOptimizer]) -> None:
+    def __init__(
+        self,
+        scheduler: Any,
+        optimizers: list[AcceleratedOptimizer],
+        num_processes: int = 1,
+        split_batches: bool = False,
+        step_with_optimizer: bool = True,
+    ) -> None:
         self.scheduler = scheduler
         self.optimizers = optimizers
         self.gradients = optimizers[0].gradients if optimizers else GradientState()
+        self.num_processes = num_processes
+        self.split_batches = split_batches
+        self.step_with_optimizer = step_with_optimizer
 
     def step(self, *args: Any, **kwargs: Any) -> None:
-        """Step the schedule unless this was an accumulation step or a skipped fp16 step."""
+        """Advance the schedule for one optimizer step (see the class docstring)."""
+        if not self.step_with_optimizer:
+            self.scheduler.step(*args, **kwargs)
+            return
         if not self.gradients.sync_gradients:
             return
         if any(opt.step_was_skipped for opt in self.optimizers):
             return
-        self.scheduler.step(*args, **kwargs)
+        for _ in range(1 if self.split_batches else self.num_processes):
+            total = getattr(self.scheduler, "total_steps", None)
+            # OneCycleLR raises past its total_steps; a short last epoch can get there.
+            if total is not None and self.scheduler._step_count > total:
+                break
+            self.scheduler.step(*args, **kwargs)
+
+    def get_last_lr(self) -> list[float]:
+        """The learning rates of the last step."""
+        return list(self.scheduler.get_last_lr())
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this wrapper lacks; guard against lookups before __init__.

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from notebook_accel import env
 from notebook_accel.accelerator import Accelerator, DistributedType
-from notebook_accel.data import ShardSampler
+from notebook_accel.data import ShardSampler, plan_rounds
 from notebook_accel.errors import ConfigError
 
 
@@ -84,9 +84,10 @@ def test_one_process_loader_matches_the_plain_loader() -> None:
 )
 def test_shard_rounds(split: bool, size: int, expected: list, remainder: int) -> None:
     batches = list(torch.utils.data.BatchSampler(range(7), size, drop_last=False))
+    assert plan_rounds(batches, 2, size, split, even_batches=True) == (expected, remainder)
     sampler = ShardSampler(batches, 2, 1, size, split, even_batches=True)
-    assert sampler.rounds() == (expected, remainder)
     assert list(sampler) == [r[1] for r in expected]
+    assert len(sampler) == len(expected)
 
 
 def test_unwrap_and_state_dict_and_save_model(tmp_path: object) -> None:

@@ -39,6 +39,8 @@ _EXPORTS = {
     "KwargsHandler": "notebook_accel.handlers",
     "find_executable_batch_size": "notebook_accel.memory",
     "release_memory": "notebook_accel.memory",
+    "DataLoaderConfiguration": "notebook_accel.data_config",
+    "skip_first_batches": "notebook_accel.data",
     "NotebookAccelError": "notebook_accel.errors",
     "ConfigError": "notebook_accel.errors",
     "PayloadError": "notebook_accel.errors",

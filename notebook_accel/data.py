@@ -331,15 +331,19 @@ class DataLoaderShard:
         epoch, skip, replay = self._resume or fresh
         self._resume, self._iterated = None, True
         self.epoch, self.position = epoch, skip
-        targets: list[Any] = [getattr(self._source, "sampler", None), self._source.dataset]
-        targets.append(getattr(self._source.batch_sampler, "sampler", None))
-        targets.append(getattr(targets[0], "sampler", None))
-        for target in {id(t): t for t in targets if hasattr(t, "set_epoch")}.values():
+        for target in self._epoch_takers():
             target.set_epoch(epoch)
         if self._sampler is not None:
             self._sampler.skip = skip
             return replay, 0
         return replay, skip
+
+    def _epoch_takers(self) -> list[Any]:
+        """The samplers and dataset that have ``set_epoch``, ours included."""
+        targets: list[Any] = [self._source.dataset, *_samplers(self._source)]
+        if self._sampler is not None:
+            targets.append(getattr(self._sampler.batches, "sampler", None))
+        return list({id(t): t for t in targets if hasattr(t, "set_epoch")}.values())
 
     def _start(self, replay: dict[str, Any] | None) -> Iterator[Any]:
         self._randomness.begin_epoch(replay)
@@ -398,7 +402,7 @@ class DataLoaderShard:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue where ``state`` stopped, on the next iteration."""
         self.seed = int(state["seed"])
-        for sampler in _samplers(self._source):
+        for sampler in self._epoch_takers():
             if isinstance(sampler, SeedableRandomSampler):
                 sampler.initial_seed = self.seed
         epoch, position = int(state["epoch"]), int(state["position"])

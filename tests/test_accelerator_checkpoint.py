@@ -46,6 +46,7 @@ def _run(folder: str, resume: bool) -> dict:
     """10 steps, saving after step 5; or load that checkpoint and do steps 6 to 10."""
     acc, model, opt, loader, sched = prepared()
     if resume:
+        assert len(loader) == 3  # len() before load_state must not pin a stale order
         acc.load_state(folder)
     step, seen, noise = acc.step, [], []
     while step < 10:  # 3 steps per epoch on 2 ranks: step 5 is in the middle of epoch 2

@@ -92,6 +92,11 @@ class EpochRandomness:
 
     def begin_epoch(self, replay: dict[str, Any] | None) -> None:
         """At iteration start: align (or restore) the generators, before anything draws."""
+        # A checkpoint made for other samplers (or by an older version) replays nothing.
+        if replay is not None and len(replay["seeds"]) != len(self.drawn):
+            replay = None
+        if replay is not None and len(replay["states"]) != len(self.generators):
+            replay = None
         self._replay = replay
         if replay is not None:
             for generator, state in zip(self.generators, replay["states"], strict=True):

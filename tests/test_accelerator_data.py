@@ -228,10 +228,14 @@ def _collectives() -> dict:
     }
 
 
+def _loop_state_and_collectives() -> tuple[dict, dict]:
+    return _loop_state(), _collectives()
+
+
 def test_loop_break_scheduler_and_collectives() -> None:
-    results = [debug_launcher(f, num_processes=2) for f in (_loop_state, _schedulers)]
-    results.append(debug_launcher(_collectives, num_processes=2))
-    loops, schedulers, collectives = results
+    both = debug_launcher(_loop_state_and_collectives, num_processes=2)
+    loops, collectives = [r[0] for r in both], [r[1] for r in both]
+    schedulers = debug_launcher(_schedulers, num_processes=2)
     for r in loops:
         assert r["syncs"] == [False, True, False, True]
         assert r["gathered"] == list(range(10))  # nothing truncated by the finished loop

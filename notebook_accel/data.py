@@ -21,17 +21,17 @@ says how many gathered samples of that round are real, for ``gather_for_metrics`
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler
 
-from . import collectives
 from .collectives import apply
 from .data_config import DataLoaderConfiguration
+from .data_random import EpochRandomness, SeedableRandomSampler, epoch_randomness, samplers_of
+from .data_rounds import ShardSampler, plan_rounds
 from .errors import ConfigError
 from .state import GradientState, ProcessState
 
@@ -44,211 +44,6 @@ __all__ = [
     "shard_data_loader",
     "skip_first_batches",
 ]
-
-
-class SeedableRandomSampler(RandomSampler):
-    """A RandomSampler whose epoch ``e`` is the permutation of ``initial_seed + e``.
-
-    ``use_seedable_sampler=True`` swaps the loader's RandomSampler for this one: the order then
-    depends only on the seed and the epoch, not on the random draws made before.
-    """
-
-    def __init__(self, data_source: Any, initial_seed: int, **kwargs: Any) -> None:
-        super().__init__(data_source, **kwargs)
-        self.initial_seed = initial_seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch``'s permutation for the next iteration."""
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        self.generator = torch.Generator().manual_seed((self.initial_seed + self.epoch) % 2**63)
-        yield from super().__iter__()
-
-
-def _draw_seed() -> int:
-    # The very draw RandomSampler makes from the global RNG when it has no generator.
-    return int(torch.empty((), dtype=torch.int64).random_().item())
-
-
-class EpochRandomness:
-    """Keeps the random draws of a loader's epoch equal on every rank, and replayable.
-
-    Two kinds of source: ``generators`` the user gave (a sampler's or the loader's): rank 0's
-    state is sent to all at each epoch start, as accelerate does; and ``drawn`` samplers whose
-    generator is None: each epoch they get a generator seeded by a draw from the global RNG
-    (exactly RandomSampler's own draw), rank 0's draw for everyone. Re-seeding either source
-    (``set_seed``, ``generator.manual_seed``) after ``prepare`` therefore still takes effect.
-    ``seeds``/``states`` are the current epoch's, saved by checkpoints; :meth:`begin_epoch`
-    with a ``replay`` restores them instead of drawing (a resumed epoch draws nothing).
-    """
-
-    def __init__(self, drawn: list[Any], generators: list[torch.Generator], world: int) -> None:
-        self.drawn, self.generators, self.world = drawn, generators, world
-        self.seeds: list[int] = []
-        self.states: list[torch.Tensor] = []
-        self._replay: dict[str, Any] | None = None
-
-    def begin_epoch(self, replay: dict[str, Any] | None) -> None:
-        """At iteration start: align (or restore) the generators, before anything draws."""
-        # A checkpoint made for other samplers (or by an older version) replays nothing.
-        if replay is not None and len(replay["seeds"]) != len(self.drawn):
-            replay = None
-        if replay is not None and len(replay["states"]) != len(self.generators):
-            replay = None
-        self._replay = replay
-        if replay is not None:
-            for generator, state in zip(self.generators, replay["states"], strict=True):
-                generator.set_state(state)
-        elif self.world > 1 and self.generators:
-            states = collectives.broadcast_object_list([[g.get_state() for g in self.generators]])
-            for generator, state in zip(self.generators, states[0], strict=True):
-                generator.set_state(state)
-        self.states = [g.get_state() for g in self.generators]
-
-    @contextlib.contextmanager
-    def drawn_generators(self) -> Iterator[None]:
-        """While the samplers are read: give the generator-less ones this epoch's generator."""
-        if not self.drawn:
-            yield
-            return
-        if self._replay is not None:
-            seeds = [int(s) for s in self._replay["seeds"]]
-        else:
-            seeds = [_draw_seed() for _ in self.drawn]
-            if self.world > 1:
-                seeds = collectives.broadcast_object_list([seeds])[0]
-        self._replay, self.seeds = None, seeds
-        for sampler, seed in zip(self.drawn, seeds, strict=True):
-            sampler.generator = torch.Generator().manual_seed(seed)
-        try:
-            yield
-        finally:
-            for sampler in self.drawn:
-                sampler.generator = None
-
-
-def _fixed_slices(flat: list[int], per: int, world: int) -> list[list[int]]:
-    return [flat[k * per : (k + 1) * per] for k in range(world)]
-
-
-def plan_rounds(
-    batches: list[list[int]],
-    world: int,
-    batch_size: int | None,
-    split_batches: bool,
-    even_batches: bool,
-    drop_last: bool = False,
-) -> tuple[list[list[list[int]]], int]:
-    """An epoch's rounds (one piece per rank) and the real sample count of the last round.
-
-    ``-1`` means nothing was padded. The last round, if short, is dropped (``drop_last``),
-    left short (``even_batches=False``) or completed from the epoch's start.
-
-    Example:
-        >>> plan_rounds([[0, 1], [2, 3], [4]], 2, 2, False, True)
-        ([[[0, 1], [2, 3]], [[4, 0], [1, 2]]], 1)
-    """
-    size = batch_size or (len(batches[0]) if batches else 0)
-    if split_batches:
-        per = size // world
-        rounds = [_fixed_slices(b, per, world) for b in batches]
-        full = size
-    else:
-        per = size
-        rounds = [batches[i : i + world] for i in range(0, len(batches), world)]
-        full = size * world
-    # One process needs no padding: it behaves exactly like the plain DataLoader.
-    if not rounds or world == 1:
-        return rounds, -1
-    last = [i for piece in rounds[-1] for i in piece]
-    real = len(last)
-    if real == full:
-        return rounds, -1
-    if drop_last:
-        return rounds[:-1], -1
-    if not even_batches:
-        return rounds, -1
-    # Complete the last round from the start of the epoch (cycling for tiny datasets).
-    everything = [i for b in batches for i in b]
-    last += list(itertools.islice(itertools.cycle(everything), full - real))
-    rounds[-1] = _fixed_slices(last, per, world)
-    return rounds, real
-
-
-class ShardSampler(Sampler[list[int]]):
-    """Yields this rank's index batches of the epoch being iterated, after ``skip`` rounds.
-
-    Nothing is cached between iterations: each one reads the user's batch sampler afresh
-    (so a seed changed in between, by ``load_state`` or the user, is always honoured), and
-    the length is arithmetic.
-    """
-
-    def __init__(
-        self,
-        batches: Iterable[list[int]],
-        world: int,
-        rank: int,
-        batch_size: int | None,
-        split_batches: bool,
-        even_batches: bool,
-        drop_last: bool = False,
-        randomness: EpochRandomness | None = None,
-    ) -> None:
-        self.batches = batches
-        self.world, self.rank = world, rank
-        self.batch_size = batch_size
-        self.split_batches, self.even_batches = split_batches, even_batches
-        self.drop_last = drop_last
-        self.randomness = randomness or EpochRandomness([], [], world)
-        self.skip = 0
-        self.remainder = -1  # of the epoch last planned
-
-    def __iter__(self) -> Iterator[list[int]]:
-        with self.randomness.drawn_generators():
-            batches = [list(b) for b in self.batches]
-        rounds, self.remainder = plan_rounds(
-            batches,
-            self.world,
-            self.batch_size,
-            self.split_batches,
-            self.even_batches,
-            self.drop_last,
-        )
-        skip, self.skip = self.skip, 0
-        for round_ in rounds[skip:]:
-            if self.rank < len(round_) and round_[self.rank]:
-                yield round_[self.rank]
-
-    def __len__(self) -> int:
-        count = len(self.batches)  # type: ignore[arg-type]
-        if self.world == 1:
-            return count
-        if self.split_batches:
-            last = self._last_batch_size()
-            if self.even_batches or last is None or last == 0 or self.batch_size is None:
-                return count
-            return count - (0 if last > (self.batch_size // self.world) * self.rank else 1)
-        rounds, extra = divmod(count, self.world)
-        if extra == 0:
-            return rounds
-        if self.drop_last:
-            return rounds
-        if self.even_batches:
-            return rounds + 1
-        return rounds + (1 if self.rank < extra else 0)
-
-    def _last_batch_size(self) -> int | None:
-        """Size of the epoch's last batch when the batch sampler makes it knowable."""
-        sampler = getattr(self.batches, "sampler", None)
-        size = getattr(self.batches, "batch_size", None)
-        if size is None or getattr(self.batches, "drop_last", False):
-            return None
-        try:
-            return len(sampler) % size  # type: ignore[arg-type]
-        except TypeError:
-            return None
 
 
 _END = object()
@@ -345,7 +140,7 @@ class DataLoaderShard:
 
     def _epoch_takers(self) -> list[Any]:
         """The samplers and dataset that have ``set_epoch``, ours included."""
-        targets: list[Any] = [self._source.dataset, *_samplers(self._source)]
+        targets: list[Any] = [self._source.dataset, *samplers_of(self._source)]
         if self._sampler is not None:
             targets.append(getattr(self._sampler.batches, "sampler", None))
         return list({id(t): t for t in targets if hasattr(t, "set_epoch")}.values())
@@ -537,41 +332,6 @@ def _rebuild(
     return DataLoader(source.dataset, batch_sampler=batch_sampler, **common)
 
 
-def _samplers(source: DataLoader[Any]) -> list[Any]:
-    """The samplers that decide a loader's order: its sampler, and any inside a batch sampler."""
-    found = [source.sampler, getattr(source.sampler, "sampler", None)]
-    found.append(getattr(source.batch_sampler, "sampler", None))
-    return list({id(s): s for s in found if s is not None}.values())
-
-
-def _randomness(
-    source: DataLoader[Any], samplers: list[Any], state: ProcessState
-) -> EpochRandomness:
-    """Collect the generators that an epoch draws from (see :class:`EpochRandomness`)."""
-    drawn, generators = [], []
-    for sampler in samplers:
-        if isinstance(sampler, SeedableRandomSampler) or not hasattr(sampler, "generator"):
-            continue
-        if isinstance(sampler.generator, torch.Generator):
-            generators.append(sampler.generator)
-        elif sampler.generator is None and (
-            isinstance(sampler, RandomSampler) or state.world_size > 1
-        ):
-            # RandomSampler makes this very draw itself; other samplers (weighted, subset...)
-            # would draw from the global RNG in ways that differ per rank, so they get a
-            # generator only where ranks must agree.
-            drawn.append(sampler)
-        seed = getattr(sampler, "seed", None)
-        if state.world_size > 1 and isinstance(seed, int) and not isinstance(seed, bool):
-            sampler.seed = int(collectives.broadcast_object_list([seed])[0])
-    for owner in (source, source.dataset):
-        generator = getattr(owner, "generator", None)
-        if isinstance(generator, torch.Generator):
-            generators.append(generator)
-    unique = list({id(g): g for g in generators}.values())
-    return EpochRandomness(drawn, unique, state.world_size)
-
-
 def shard_data_loader(
     source: DataLoader[Any],
     state: ProcessState,
@@ -620,7 +380,7 @@ def shard_data_loader(
         )
     batches: Any = source.sampler if sampler_is_batch_sampler else source.batch_sampler
     drop_last = bool(getattr(batches, "drop_last", source.drop_last))
-    samplers = _samplers(source)
+    samplers = samplers_of(source)
     random = source.sampler if isinstance(source.sampler, RandomSampler) else None
     if config.use_seedable_sampler and random is not None:
         if config.data_seed is not None:
@@ -633,7 +393,7 @@ def shard_data_loader(
         )
         batches = BatchSampler(seedable, batch_size or 1, drop_last)
         samplers = [seedable]
-    randomness = _randomness(source, samplers, state)
+    randomness = epoch_randomness(source, samplers, state)
     shards = ShardSampler(
         batches,
         state.world_size,

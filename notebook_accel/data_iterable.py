@@ -193,7 +193,8 @@ def shard_iterable_loader(
     batch_size: int | None,
 ) -> Any:
     """The ``DataLoaderShard`` of a loader over an ``IterableDataset``."""
-    from .data import DataLoaderShard, EpochRandomness, _rebuild
+    from .data import DataLoaderShard, _rebuild
+    from .data_random import EpochRandomness
 
     dispatch = config.dispatch_batches
     if dispatch is None:

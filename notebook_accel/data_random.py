@@ -119,6 +119,10 @@ def epoch_randomness(
     """Collect the generators that an epoch draws from (see :class:`EpochRandomness`)."""
     drawn, generators = [], []
     for sampler in samplers:
+        seed = getattr(sampler, "seed", None)
+        if state.world_size > 1 and isinstance(seed, int) and not isinstance(seed, bool):
+            # A sampler seeded per rank (DistributedSampler's kind): every rank takes rank 0's.
+            sampler.seed = int(collectives.broadcast_object_list([seed])[0])
         if isinstance(sampler, SeedableRandomSampler) or not hasattr(sampler, "generator"):
             continue
         if isinstance(sampler.generator, torch.Generator):
@@ -130,9 +134,6 @@ def epoch_randomness(
             # would draw from the global RNG in ways that differ per rank, so they get a
             # generator only where ranks must agree.
             drawn.append(sampler)
-        seed = getattr(sampler, "seed", None)
-        if state.world_size > 1 and isinstance(seed, int) and not isinstance(seed, bool):
-            sampler.seed = int(collectives.broadcast_object_list([seed])[0])
     for owner in (source, source.dataset):
         generator = getattr(owner, "generator", None)
         if isinstance(generator, torch.Generator):

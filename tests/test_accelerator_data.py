@@ -273,6 +273,23 @@ class Stream(IterableDataset):  # type: ignore[type-arg]
         return self.n
 
 
+class SeededSampler(torch.utils.data.Sampler):  # type: ignore[type-arg]
+    """A sampler with a ``seed`` (as DistributedSampler has): a permutation of seed + epoch."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seed, self.epoch = n, torch.initial_seed(), 0  # differs per rank here
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.n, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
 def _epoch(acc: Any, loader: Any) -> dict:
     local, gathered = [], []
     for batch in loader:
@@ -303,6 +320,8 @@ def _iterables() -> dict:
     subset = list(range(0, 40, 3))
     loader = acc.prepare(DataLoader(range(40), batch_size=2, sampler=SubsetRandomSampler(subset)))
     out["subset"] = _epoch(acc, loader)["gathered"]
+    loader = acc.prepare(DataLoader(range(12), batch_size=2, sampler=SeededSampler(12)))
+    out["seeded"] = [_epoch(acc, loader)["gathered"] for _ in range(2)]
     seedable = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
     loader = seedable.prepare(DataLoader(range(12), batch_size=2, shuffle=True))
     out["seedable"] = [_epoch(seedable, loader)["gathered"] for _ in range(2)]
@@ -331,6 +350,9 @@ def test_iterable_datasets_drop_last_and_other_samplers() -> None:
         assert r["map_drop"]["len"] == 2
         # a SubsetRandomSampler is kept in step across ranks: every index once
         assert sorted(r["subset"]) == list(range(0, 40, 3))
+        # a sampler's own seed is rank 0's on every rank; its set_epoch is called per epoch
+        assert [sorted(e) for e in r["seeded"]] == [list(range(12))] * 2
+        assert r["seeded"][0] != r["seeded"][1]
         assert sorted(r["seedable"][0]) == list(range(12)) != r["seedable"][0]
         assert r["seedable"][0] != r["seedable"][1]
 
@@ -358,6 +380,14 @@ def test_join_uneven_inputs() -> None:
     assert (r0["steps"], r1["steps"]) == (3, 2)  # DDP's Join shadowed rank 1's missing step
     assert (r0["inside"], r1["inside"]) == (3, 2)
     assert r0["after"] == r1["after"] == 3  # even_batches restored
+
+
+def test_iterable_dataset_in_one_process_is_the_plain_loader() -> None:
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator()
+    loader = acc.prepare(DataLoader(Stream(5), batch_size=2))
+    assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4]] and len(loader) == 3
 
 
 def test_dataloader_configuration_is_checked() -> None:

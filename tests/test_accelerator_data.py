@@ -404,3 +404,16 @@ def test_dataloader_configuration_is_checked() -> None:
         DataLoaderConfiguration(dispatch_batches="yes")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="step_scheduler_with_optimizer"):
         Accelerator(step_scheduler_with_optimizer="no")  # type: ignore[arg-type]
+
+
+def test_skip_first_batches_of_a_plain_loader() -> None:
+    from notebook_accel import skip_first_batches
+    from notebook_accel.errors import ConfigError
+
+    loader = DataLoader(range(10), batch_size=3)
+    skipped = skip_first_batches(loader, 2)
+    assert [b.tolist() for b in skipped] == [[6, 7, 8], [9]] and len(skipped) == 2
+    stream = skip_first_batches(DataLoader(Stream(5), batch_size=2), 1)
+    assert [b.tolist() for b in stream] == [[2, 3], [4]]
+    with pytest.raises(ConfigError, match="num_batches"):
+        skip_first_batches(loader, -1)

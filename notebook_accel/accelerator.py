@@ -579,8 +579,9 @@ class Accelerator:
     ) -> DataLoaderShard:
         """Prepare one data loader; ``device_placement`` overrides the Accelerator's setting.
 
-        ``slice_fn_for_dispatch`` is accepted for accelerate's signature and unused: loaders
-        are sharded per rank here, never dispatched from rank 0.
+        ``slice_fn_for_dispatch`` is accepted for accelerate's signature and unused: dispatched
+        batches (``DataLoaderConfiguration.dispatch_batches``) are cut along their first
+        dimension.
         """
         if isinstance(data_loader, DataLoaderShard):
             return data_loader

@@ -8,21 +8,24 @@ the list of prepared objects and the shared ``GradientState``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
+from torch.utils.hooks import RemovableHandle
 
-from . import checkpoint, checkpoint_sharded, collectives, env
+from . import checkpoint, checkpoint_sharded, collectives, env, serialization
 from . import fsdp as fsdp_
 from .data import DataLoaderShard, shard_data_loader, skip_first_batches
 from .data_config import DataLoaderConfiguration
-from .errors import ConfigError
+from .errors import CheckpointError, ConfigError
 from .handlers import (
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -153,6 +156,9 @@ class Accelerator:
         self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
         self.step = 0  # backward() calls, saved in checkpoints
         self._objects = checkpoint.Stateful()
+        # OrderedDict: RemovableHandle keeps a weak reference, which a plain dict refuses.
+        self._save_state_pre_hooks: OrderedDict[int, Callable[..., None]] = OrderedDict()
+        self._load_state_pre_hooks: OrderedDict[int, Callable[..., None]] = OrderedDict()
         # Parameters that moving a model replaced during the current prepare() call.
         self._replaced: dict[int, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
         self._shuffle_seed: int | None = None
@@ -686,9 +692,62 @@ class Accelerator:
             return fsdp_.full_state_dict(model)
         return (self.unwrap_model(model) if unwrap else model).state_dict()
 
-    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike[str]) -> Path:
-        """Write the unwrapped weights to ``save_directory/pytorch_model.bin`` (main process)."""
-        return checkpoint.save_weights(self.get_state_dict(model), save_directory, self.state)
+    def _writes_files(self) -> bool:
+        """Whether this process writes shared files: the main process, or with
+        ``save_on_each_node`` each machine's local main process (as accelerate)."""
+        on_each_node = self.project_configuration.save_on_each_node
+        return self.is_main_process or (on_each_node and self.is_local_main_process)
+
+    def save(
+        self, obj: Any, f: str | os.PathLike[str] | IO[bytes], safe_serialization: bool = False
+    ) -> None:
+        """``torch.save`` from the main process only (each machine's with ``save_on_each_node``).
+
+        Args:
+            obj: what to save.
+            f: a path (written atomically) or an open binary file.
+            safe_serialization: write a dict of tensors as safetensors instead of a pickle.
+
+        No process waits for another, so it may be called on the main process alone.
+        """
+        if self._writes_files():
+            if safe_serialization:
+                serialization.save_weights_file(obj, f, safe=True)
+            else:
+                serialization.save_object(obj, f)
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: str | os.PathLike[str],
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> Path:
+        """Write the unwrapped weights to ``save_directory/model.safetensors`` (main process).
+
+        Larger than ``max_shard_size`` (``"10GB"``, ``"500MB"`` or bytes): shards
+        ``model-00001-of-0000N.safetensors`` and ``model.safetensors.index.json``, as
+        accelerate and transformers write them. ``safe_serialization=False`` writes
+        ``pytorch_model.bin``. An FSDP model is gathered first: call it on every process then.
+
+        Returns:
+            The weights file (the index file when sharded).
+
+        Raises:
+            ConfigError: ``save_directory`` is a file, or ``max_shard_size`` is not a size.
+        """
+        folder = Path(save_directory)
+        if folder.is_file():
+            raise ConfigError("save_directory", os.fspath(save_directory), "a folder, not a file")
+        serialization.parse_size(max_shard_size)  # bad input fails on every process
+        weights = self.get_state_dict(model)
+        written: list[Path] = []
+        if self._writes_files() and (weights or self.is_main_process):
+            written = serialization.save_model_files(
+                weights, folder, safe_serialization, max_shard_size
+            )
+        name = "model.safetensors" if safe_serialization else "pytorch_model.bin"
+        return written[-1] if len(written) > 1 else folder / name
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Also save/load these objects (anything with ``state_dict``/``load_state_dict``)."""
@@ -701,32 +760,152 @@ class Accelerator:
                 )
             self._objects.custom.append(obj)
 
-    def save_state(self, output_dir: str | os.PathLike[str]) -> Path:
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in :meth:`save_state` before writing.
+
+        ``models`` are the prepared models, ``weights`` their state dicts (the ones that will
+        be written as ``model[_i].safetensors``) and ``output_dir`` the folder, as a string.
+        A hook that saves a model its own way removes its entry from ``weights``.
+
+        Returns:
+            A handle; ``handle.remove()`` unregisters the hook.
+        """
+        handle = RemovableHandle(self._save_state_pre_hooks)
+        self._save_state_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in :meth:`load_state` before reading.
+
+        A hook that loads a model its own way removes it from ``models``; the others are
+        loaded from ``model.safetensors``, ``model_1.safetensors``... in order.
+
+        Returns:
+            A handle; ``handle.remove()`` unregisters the hook.
+        """
+        handle = RemovableHandle(self._load_state_pre_hooks)
+        self._load_state_pre_hooks[handle.id] = hook
+        return handle
+
+    def _checkpoint_folder(self) -> Path:
+        """``project_dir/checkpoints/checkpoint_<iteration>``, pruned to ``total_limit``."""
+        config = self.project_configuration
+        folder = config.next_checkpoint()
+        if self._writes_files():
+            config.make_room()
+            if folder.exists():
+                raise ConfigError(
+                    "project_config.iteration",
+                    config.iteration,
+                    f"the number of a checkpoint not yet in {config.checkpoints_dir}",
+                    "Set accelerator.project_configuration.iteration to the next free number.",
+                )
+        return folder
+
+    def save_state(
+        self,
+        output_dir: str | os.PathLike[str] | None = None,
+        safe_serialization: bool = True,
+        **save_model_func_kwargs: Any,
+    ) -> Path:
         """Checkpoint everything prepared, the step counters and every rank's RNG states.
 
-        Written to a temporary folder and renamed into place: a crash keeps the old one.
-        """
-        extra = {
-            "step": self.step,
-            "micro_step": self.gradient_state.micro_step,
-            "precision": self.precision.state_dict(),
-        }
-        objects, sharded = checkpoint_sharded.split(self._objects)
-        write = sharded.save if sharded else None
-        return checkpoint.save_state(output_dir, self.state, objects, extra, write)
+        Written in accelerate's file layout (``model.safetensors``, ``optimizer.bin``,
+        ``random_states_<rank>.pkl``...) to a temporary folder renamed into place: a crash
+        keeps the previous checkpoint. May be called on the main process alone (the other
+        ranks' random states are then not saved). With
+        ``ProjectConfiguration(automatic_checkpoint_naming=True)`` the folder is
+        ``project_dir/checkpoints/checkpoint_<iteration>`` (``output_dir`` is ignored) and
+        at most ``total_limit`` such folders are kept.
 
-    def load_state(self, input_dir: str | os.PathLike[str]) -> None:
-        """Restore what :meth:`save_state` wrote; prepare the same objects first.
+        Args:
+            output_dir: the checkpoint folder.
+            safe_serialization: weights as safetensors (else ``pytorch_model.bin``).
+            save_model_func_kwargs: accepted for accelerate's signature (DeepSpeed's options);
+                unused.
+
+        Raises:
+            ConfigError: no folder given and automatic naming off, or the automatic folder
+                exists already.
+        """
+        config = self.project_configuration
+        if config.automatic_checkpoint_naming:
+            folder = self._checkpoint_folder()
+        elif output_dir is None:
+            raise ConfigError(
+                "output_dir",
+                None,
+                "a folder (or ProjectConfiguration(automatic_checkpoint_naming=True))",
+            )
+        else:
+            folder = Path(output_dir)
+        objects, sharded = checkpoint_sharded.split(self._objects)
+        models = list(self._objects.model)
+        weights = [] if sharded else [self.unwrap_model(m).state_dict() for m in models]
+        for hook in list(self._save_state_pre_hooks.values()):
+            hook(models, weights, os.fspath(folder))
+        scaler = self.scaler.state_dict() if self.scaler is not None else None
+        path = checkpoint.save_state(
+            folder,
+            self.state,
+            objects,
+            weights,
+            {"step": self.step, "micro_step": self.gradient_state.micro_step},
+            scaler=scaler,
+            write_sharded=sharded.save if sharded else None,
+            on_each_node=config.save_on_each_node,
+            safe=safe_serialization,
+        )
+        config.iteration += 1
+        return path
+
+    def load_state(
+        self,
+        input_dir: str | os.PathLike[str] | None = None,
+        load_kwargs: dict[str, Any] | None = None,
+        **load_model_func_kwargs: Any,
+    ) -> None:
+        """Restore what :meth:`save_state` (ours or accelerate's) wrote; prepare the same
+        objects first.
+
+        Without ``input_dir``, automatic checkpoint naming loads the newest
+        ``checkpoint_<n>``, and later saves continue from ``checkpoint_<n+1>``.
+
+        Args:
+            input_dir: the checkpoint folder.
+            load_kwargs: accepted for accelerate's signature; unused.
+            load_model_func_kwargs: accepted for accelerate's signature; unused.
 
         Raises:
             CheckpointError: a file is missing or does not match (it names the file).
+            ConfigError: no folder given and automatic naming off.
         """
+        config = self.project_configuration
+        if input_dir is None:
+            if not config.automatic_checkpoint_naming:
+                raise ConfigError(
+                    "input_dir",
+                    None,
+                    "a folder (or ProjectConfiguration(automatic_checkpoint_naming=True))",
+                )
+            latest = config.latest_checkpoint()
+            if latest is None:
+                raise CheckpointError(config.checkpoints_dir, "holds no checkpoint_<n> folder")
+            input_dir = latest
+            config.iteration = max(config.iteration, int(latest.name.rsplit("_", 1)[1]) + 1)
         objects, sharded = checkpoint_sharded.split(self._objects, input_dir)
-        read = sharded.load if sharded else None
-        extra = checkpoint.load_state(input_dir, self.state, objects, read)
-        self.step = int(extra["step"])
-        self.gradient_state.micro_step = int(extra["micro_step"])
-        self.precision.load_state_dict(extra["precision"])
+        models = list(objects.model)
+        for hook in list(self._load_state_pre_hooks.values()):
+            hook(models, os.fspath(input_dir))
+        progress = checkpoint.load_state(
+            input_dir,
+            self.state,
+            dataclasses.replace(objects, model=models),
+            read_sharded=sharded.load if sharded else None,
+            scaler=self.scaler,
+        )
+        self.step = progress["step"]
+        self.gradient_state.micro_step = progress["micro_step"]
 
     def __repr__(self) -> str:
         return (

@@ -1,44 +1,71 @@
-"""save_state / load_state: whole checkpoints or none.
+"""save_state / load_state: accelerate's files, written whole or not at all.
 
-    every rank                          rank 0
-    ----------                          ------
-                                        remove a stale <parent>/.<name>.saving, create it
-    barrier
-    random_states_<rank>.pt  --------->  model_i.pt, optimizer_i.pt, scheduler_i.pt,
-                                         loader_i.pt, custom_i.pt
-    barrier
-                                        meta.pt (counts, step, scaler; written last)
-                                        <name> -> .<name>.old ; .saving -> <name> ; drop .old
-    barrier
+Files (accelerate's names, so that each library loads the other's folders):
 
-A crash while writing leaves ``<name>`` untouched. The two renames at the end are each atomic;
-should a crash fall between them, ``load_state`` finds ``.<name>.old`` and uses it. The folder
-must be visible to every rank (one machine, or a shared file system), as with accelerate.
+    model.safetensors, model_1.safetensors, ...   weights (unwrapped names)
+    optimizer.bin, optimizer_1.bin, ...           optimizer state dicts
+    scheduler.bin, ...                            LR scheduler state dicts
+    custom_checkpoint_0.pkl, ...                  register_for_checkpointing objects
+    scaler.pt                                     fp16's GradScaler
+    random_states_<rank>.pkl                      each rank's step and RNG states
+    dataloader.bin, ...                           ours: a loader's epoch and position
+    notebook_accel.json                           ours: counts, processes, micro-step (last)
+
+Who writes what, without any collective (so ``if accelerator.is_main_process:
+accelerator.save_state(d)`` works; the other ranks' RNG files are then absent, and load_state
+says so):
+
+    writer (the main process; with save_on_each_node, each machine's local main process)
+        stage everything into <parent>/.<name>.saving in its own folder
+        <name> -> .<name>.old ; .<name>.saving -> <name> ; drop .<name>.old
+        publish "done" for this save in the job's store
+    every other rank
+        wait for its writer's "done", then write random_states_<rank>.pkl into its folder
+        (created if it is not there: a machine with its own disk writes what it holds)
+
+A crash while writing leaves ``<name>`` untouched; should one fall between the two renames,
+``load_state`` finds ``.<name>.old``. FSDP's sharded state is written by every rank into the
+writer's staging folder (torch.distributed.checkpoint is collective), so that path keeps
+barriers and needs every rank and one shared folder.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
-import pickle
 import shutil
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from . import serialization as io
 from .errors import CheckpointError
 from .state import ProcessState
-from .utils_seed import restore_rng_state, rng_state
 
-__all__ = ["Stateful", "save_state", "load_state", "save_weights"]
+__all__ = ["Stateful", "save_state", "load_state", "META", "file_name"]
 
-FORMAT = 1
+FORMAT = 2
+META = "notebook_accel.json"
+# Per kind: the file stem and extension accelerate uses ("loader" is ours: accelerate keeps no
+# loader position).
+_FILES = {
+    "model": ("model", ".safetensors"),
+    "optimizer": ("optimizer", ".bin"),
+    "scheduler": ("scheduler", ".bin"),
+    "loader": ("dataloader", ".bin"),
+    "custom": ("custom_checkpoint", ".pkl"),
+}
 # Kinds whose state may hold arbitrary Python objects (a scheduler's lambda object, a user's
 # registered object): loaded with weights_only=True first, full unpickling only if needed.
 _UNRESTRICTED = ("scheduler", "custom")
+# Pairs save_state calls across ranks: the n-th call of each rank is the same save.
+_SAVES = itertools.count()
 
 
 @dataclass
@@ -61,6 +88,14 @@ class Stateful:
         }
 
 
+def file_name(kind: str, index: int) -> str:
+    """accelerate's name for the ``index``-th object of ``kind``: ``model_1.safetensors``."""
+    stem, ext = _FILES[kind]
+    if kind == "custom":
+        return f"{stem}_{index}{ext}"
+    return f"{stem}{ext}" if index == 0 else f"{stem}_{index}{ext}"
+
+
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)
 
@@ -74,56 +109,154 @@ def _paths(directory: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
     )
 
 
+def _store(state: ProcessState) -> Any:
+    """The job's key-value store (the one the process group rendezvoused through)."""
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._get_default_store()
+
+
+def _writer_rank(state: ProcessState, on_each_node: bool) -> int:
+    # Ranks are numbered machine by machine, so a machine's local main is rank - local_rank.
+    return state.rank - state.local_rank if on_each_node else 0
+
+
+def _stage(
+    staging: Path,
+    objects: Stateful,
+    weights: list[dict[str, Any]],
+    meta: dict[str, Any],
+    scaler: dict[str, Any] | None,
+    rank: int,
+    fresh: bool = True,
+    safe: bool = True,
+) -> None:
+    """Write every file of the checkpoint into ``staging``; the metadata file last."""
+    if fresh:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    for i, weight in enumerate(weights):
+        name = file_name("model", i) if safe else _legacy_model_name(i)
+        io.save_weights_file(weight, staging / name, safe=safe)
+    for kind, items in objects.kinds().items():
+        if kind != "model":
+            for i, item in enumerate(items):
+                io.save_object(item.state_dict(), staging / file_name(kind, i))
+    if scaler is not None:
+        io.save_object(scaler, staging / "scaler.pt")
+    io.save_object(io.rng_file_state(meta["step"]), staging / f"random_states_{rank}.pkl")
+    text = json.dumps(meta, indent=1)
+    io.write_atomic(staging / META, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def _swap(target: Path, staging: Path, old: Path) -> None:
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(target, old)
+    os.replace(staging, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def save_state(
     directory: str | os.PathLike[str],
     state: ProcessState,
     objects: Stateful,
-    extra: dict[str, Any],
+    weights: list[dict[str, Any]],
+    progress: dict[str, int],
+    scaler: dict[str, Any] | None = None,
     write_sharded: Callable[[Path], None] | None = None,
+    on_each_node: bool = False,
+    safe: bool = True,
 ) -> Path:
-    """Write a checkpoint of ``objects`` (and ``extra``: step counters, precision) atomically.
+    """Write a checkpoint of ``objects`` atomically; see the module's docstring for who writes.
 
-    ``write_sharded(staging)`` is called on every rank to add sharded (FSDP) state.
+    Args:
+        directory: the checkpoint folder (its parent is created if needed).
+        state: this process's place in the job.
+        objects: what to save; ``objects.model`` is ignored in favour of ``weights``.
+        weights: the models' state dicts, written as ``model[_i].safetensors``.
+        progress: ``{"step": ..., "micro_step": ...}``, restored by :func:`load_state`.
+        scaler: the GradScaler's state dict, or None.
+        write_sharded: called on every rank with the staging folder to add FSDP state
+            (then every rank must call save_state).
+        on_each_node: each machine's local main process writes a full copy.
+        safe: weights as safetensors, else ``pytorch_model[_i].bin``.
     """
     target, staging, old = _paths(directory)
+    number = next(_SAVES)
+    writer = state.rank == _writer_rank(state, on_each_node)
+    counts = {kind: len(items) for kind, items in objects.kinds().items()}
+    counts["model"] = len(weights)
+    meta: dict[str, Any] = {
+        "format": FORMAT,
+        "num_processes": state.world_size,
+        "counts": counts,
+        **progress,
+    }
+    if write_sharded is not None:
+        return _save_collective(
+            target, staging, old, state, objects, weights, meta, scaler, write_sharded
+        )
+    if not writer:
+        _wait_for_writer(state, number, _writer_rank(state, on_each_node))
+        target.mkdir(parents=True, exist_ok=True)
+        rng = io.rng_file_state(meta["step"])
+        io.save_object(rng, target / f"random_states_{state.rank}.pkl")
+        return target
+    outcome = "failed"
+    try:
+        _stage(staging, objects, weights, meta, scaler, state.rank, safe=safe)
+        _swap(target, staging, old)
+        outcome = "done"
+    finally:
+        if state.world_size > 1:
+            _store(state).set(f"notebook_accel/save_state/{number}/{state.rank}", outcome)
+    return target
+
+
+def _wait_for_writer(state: ProcessState, number: int, writer: int) -> None:
+    key = f"notebook_accel/save_state/{number}/{writer}"
+    store = _store(state)
+    store.wait([key], timedelta(minutes=30))
+    if store.get(key) != b"done":
+        raise CheckpointError(f"rank {writer}", "failed to write its part of the checkpoint")
+
+
+def _save_collective(
+    target: Path,
+    staging: Path,
+    old: Path,
+    state: ProcessState,
+    objects: Stateful,
+    weights: list[dict[str, Any]],
+    meta: dict[str, Any],
+    scaler: dict[str, Any] | None,
+    write_sharded: Callable[[Path], None],
+) -> Path:
+    # FSDP: every rank writes its shards into rank 0's staging folder, so barriers order it.
     if state.is_main_process:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     state.barrier()
-    torch.save(rng_state(), staging / f"random_states_{state.rank}.pt")
-    if write_sharded is not None:
-        write_sharded(staging)
-    if state.is_main_process:
-        for kind, items in objects.kinds().items():
-            for i, item in enumerate(items):
-                item = _unwrap(item) if kind == "model" else item
-                torch.save(item.state_dict(), staging / f"{kind}_{i}.pt")
+    write_sharded(staging)
+    if not state.is_main_process:
+        rng = io.rng_file_state(meta["step"])
+        io.save_object(rng, staging / f"random_states_{state.rank}.pkl")
     state.barrier()
     if state.is_main_process:
-        counts = {kind: len(items) for kind, items in objects.kinds().items()}
-        meta = {"format": FORMAT, "num_processes": state.world_size, "counts": counts}
-        torch.save({**meta, "extra": extra}, staging / "meta.pt")
-        if target.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-        os.replace(staging, target)
-        shutil.rmtree(old, ignore_errors=True)
+        _stage(staging, objects, weights, meta, scaler, state.rank, fresh=False)
+        _swap(target, staging, old)
     state.barrier()
     return target
 
 
-def _load(path: Path, unrestricted: bool = False) -> Any:
-    if not path.is_file():
-        raise CheckpointError(path, "file missing; the folder is not a complete checkpoint")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        if not unrestricted:
-            raise
-        return torch.load(path, map_location="cpu", weights_only=False)
+# ---- loading ---------------------------------------------------------------------------------
+def find(directory: str | os.PathLike[str]) -> Path:
+    """The checkpoint folder ``directory`` names (or its copy left by a crash mid-rename).
 
-
-def _find(directory: str | os.PathLike[str]) -> Path:
+    Raises:
+        CheckpointError: there is none.
+    """
     target, _, old = _paths(directory)
     if target.is_dir():
         return target
@@ -132,63 +265,176 @@ def _find(directory: str | os.PathLike[str]) -> Path:
     raise CheckpointError(target, "no such checkpoint folder")
 
 
+def _read_meta(folder: Path) -> dict[str, Any] | None:
+    path = folder / META
+    if not path.is_file():
+        return None  # a folder written by accelerate
+    meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return meta
+
+
+def _check_counts(folder: Path, meta: dict[str, Any] | None, objects: Stateful) -> None:
+    for kind, items in objects.kinds().items():
+        if meta is not None:
+            saved = meta["counts"].get(kind, 0)
+        elif kind == "custom":  # accelerate counts these files too
+            saved = sum(1 for p in folder.glob("custom_checkpoint_*.pkl"))
+        else:
+            continue
+        if saved != len(items):
+            raise CheckpointError(
+                folder / (META if meta is not None else file_name(kind, 0)),
+                f"it holds {saved} {kind}(s) but {len(items)} were prepared/registered; "
+                "prepare the same objects, in the same order, as when it was saved",
+            )
+
+
+def _legacy_model_name(index: int) -> str:
+    # save_state(safe_serialization=False), ours and accelerate's
+    return "pytorch_model.bin" if index == 0 else f"pytorch_model_{index}.bin"
+
+
+def _model_file(folder: Path, index: int) -> Path:
+    safe = folder / file_name("model", index)
+    if safe.is_file():
+        return safe
+    legacy = folder / _legacy_model_name(index)
+    return legacy if legacy.is_file() else safe
+
+
+def _read(folder: Path, objects: Stateful, meta: dict[str, Any] | None) -> dict[str, Any]:
+    """Every shared file this job's objects need, read into CPU memory."""
+    _check_counts(folder, meta, objects)
+    contents: dict[str, Any] = {"meta": meta}
+    for kind, items in objects.kinds().items():
+        if kind == "loader" and meta is None:
+            contents[kind] = [None] * len(items)  # accelerate saves no loader position
+            continue
+        read = []
+        for i in range(len(items)):
+            if kind == "model":
+                read.append(io.load_weights_file(_model_file(folder, i)))
+            else:
+                unrestricted = kind in _UNRESTRICTED
+                read.append(io.load_object(folder / file_name(kind, i), unrestricted))
+        contents[kind] = read
+    scaler = folder / "scaler.pt"
+    contents["scaler"] = io.load_object(scaler) if scaler.is_file() else None
+    return contents
+
+
+def _complete(folder: Path, objects: Stateful, meta: dict[str, Any] | None) -> bool:
+    """Whether this rank's folder holds the shared files (it may hold only its RNG file)."""
+    if meta is not None:
+        return True
+    needed = [_model_file(folder, i) for i in range(len(objects.model))]
+    needed += [folder / file_name("optimizer", i) for i in range(len(objects.optimizer))]
+    return bool(needed) and all(p.is_file() for p in needed)
+
+
+def _shared_contents(folder: Path | None, state: ProcessState, objects: Stateful) -> dict[str, Any]:
+    """The shared files' contents: from this rank's folder, or sent by rank 0 when some rank's
+    folder has only its RNG file (machines with local disks, not saving on each node)."""
+    meta = _read_meta(folder) if folder is not None else None
+    have = folder is not None and _complete(folder, objects, meta)
+    if state.world_size == 1 or state.backend == "xla":
+        assert folder is not None  # load_state raised already
+        return _read(folder, objects, meta)
+    import torch.distributed as dist
+
+    flags: list[Any] = [None] * state.world_size
+    dist.all_gather_object(flags, have)
+    if all(flags):
+        assert folder is not None
+        return _read(folder, objects, meta)
+    if not flags[0]:
+        raise CheckpointError(folder or "", "the main process's folder is not a checkpoint")
+    box = [_read(folder, objects, meta) if state.is_main_process else None]  # type: ignore[arg-type]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]  # type: ignore[return-value]
+
+
+def _apply(folder: Path, contents: dict[str, Any], objects: Stateful) -> None:
+    for kind, items in objects.kinds().items():
+        for i, item in enumerate(items):
+            content = contents[kind][i]
+            if content is None:
+                continue
+            name = folder / file_name(kind, i)
+            if kind == "model":
+                io.load_weights_into(_unwrap(item), content, name)
+                continue
+            try:
+                item.load_state_dict(content)
+            except (RuntimeError, ValueError, KeyError) as err:
+                raise CheckpointError(name, f"does not match {kind} {i}: {err}") from err
+
+
+def _restore_rng(
+    folder: Path | None, state: ProcessState, meta: dict[str, Any] | None
+) -> int | None:
+    """Restore this rank's RNG states; return the step its file holds (None: no file)."""
+    path = (folder or Path()) / f"random_states_{state.rank}.pkl"
+    if meta is None:
+        why = "the checkpoint was saved by accelerate"
+    else:
+        why = (
+            f"the checkpoint was saved by {meta['num_processes']} processes and this job has "
+            f"{state.world_size}, or by the main process only"
+        )
+    if folder is None or not path.is_file():
+        warnings.warn(
+            f"{path.name} is not in {folder}: no random states for rank {state.rank} ({why}); "
+            f"rank {state.rank} keeps its current random state, so the run does not repeat "
+            "the saved one exactly.",
+            stacklevel=3,
+        )
+        return None
+    rng = io.load_rng_file(path)
+    if meta is not None and rng.get("step") != meta["step"]:
+        warnings.warn(
+            f"{path} is from another save (step {rng.get('step')}, the checkpoint's is "
+            f"{meta['step']}); rank {state.rank} keeps its current random state.",
+            stacklevel=3,
+        )
+        return None
+    io.restore_rng_file_state(rng)
+    return int(rng["step"]) if "step" in rng else None
+
+
 def load_state(
     directory: str | os.PathLike[str],
     state: ProcessState,
     objects: Stateful,
     read_sharded: Callable[[Path], None] | None = None,
-) -> dict[str, Any]:
-    """Restore ``objects`` and this rank's RNG states; return the saved ``extra`` dict.
+    scaler: Any = None,
+) -> dict[str, int]:
+    """Restore ``objects`` and this rank's RNG states; return ``{"step", "micro_step"}``.
 
-    ``read_sharded(folder)`` is called on every rank to restore sharded (FSDP) state.
+    Reads folders written by :func:`save_state` or by accelerate's ``save_state``. A rank
+    whose folder lacks the shared files (only its own RNG file, as a machine with a local disk
+    has) gets them from rank 0. ``read_sharded(folder)`` restores FSDP state on every rank;
+    ``scaler`` (fp16's GradScaler) gets ``scaler.pt``.
+
+    Raises:
+        CheckpointError: a file is missing or does not match (it names the file).
     """
-    folder = _find(directory)
-    meta = _load(folder / "meta.pt")
-    for kind, items in objects.kinds().items():
-        saved = meta["counts"].get(kind, 0)
-        if saved != len(items):
-            raise CheckpointError(
-                folder / "meta.pt",
-                f"it holds {saved} {kind}(s) but {len(items)} were prepared/registered; "
-                "prepare the same objects, in the same order, as when it was saved",
-            )
-    for kind, items in objects.kinds().items():
-        for i, item in enumerate(items):
-            path = folder / f"{kind}_{i}.pt"
-            content = _load(path, unrestricted=kind in _UNRESTRICTED)
-            try:
-                (_unwrap(item) if kind == "model" else item).load_state_dict(content)
-            except (RuntimeError, ValueError, KeyError) as err:
-                raise CheckpointError(path, f"does not match {kind} {i}: {err}") from err
+    try:
+        folder: Path | None = find(directory)
+    except CheckpointError:
+        if state.world_size == 1:
+            raise
+        folder = None  # a machine whose disk never got this checkpoint: rank 0 sends it
+    contents = _shared_contents(folder, state, objects)
+    meta = contents["meta"]
+    where = folder or Path(directory).absolute()
+    _apply(where, contents, objects)
+    if contents["scaler"] is not None and scaler is not None:
+        scaler.load_state_dict(contents["scaler"])
     if read_sharded is not None:
-        read_sharded(folder)
-    rng_path = folder / f"random_states_{state.rank}.pt"
-    if rng_path.is_file():
-        restore_rng_state(_load(rng_path))
-    elif meta["num_processes"] != state.world_size:
-        # Resuming on more processes than saved: weights and optimizer state load (sharded
-        # state is resharded), but this rank has no saved random stream to continue.
-        warnings.warn(
-            f"{rng_path.name} is not in {folder}: it was saved by {meta['num_processes']} "
-            f"processes and this job has {state.world_size}; rank {state.rank} keeps its "
-            "current random state, so the run does not repeat the saved one exactly.",
-            stacklevel=2,
-        )
-    else:
-        raise CheckpointError(rng_path, "missing: the checkpoint is incomplete")
+        read_sharded(where)
+    rng_step = _restore_rng(folder, state, meta)
     state.barrier()
-    return dict(meta["extra"])
-
-
-def save_weights(
-    weights: dict[str, Any], directory: str | os.PathLike[str], state: ProcessState
-) -> Path:
-    """Write ``weights`` to ``directory/pytorch_model.bin`` from the main process, atomically."""
-    path = Path(directory) / "pytorch_model.bin"
-    if state.is_main_process:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        torch.save(weights, partial)
-        os.replace(partial, path)
-    state.barrier()
-    return path
+    if meta is not None:
+        return {"step": int(meta["step"]), "micro_step": int(meta["micro_step"])}
+    return {"step": rng_step or 0, "micro_step": 0}

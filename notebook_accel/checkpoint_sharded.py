@@ -2,8 +2,8 @@
 
     save_state (every rank, inside checkpoint.save_state's staging folder)
         <staging>/sharded/   DCP: {"model_<i>": ..., "optimizer_<j>": ...}, each rank its shards
-        the rest (schedulers, loaders, custom objects, RNG states, meta.pt) as checkpoint.py
-        writes it for DDP; meta.pt counts 0 models and 0 optimizers.
+        the rest (schedulers, loaders, custom objects, RNG states, notebook_accel.json) as
+        checkpoint.py writes it for DDP; its counts say 0 models and 0 optimizers.
     load_state
         DCP reads the shards this job's layout needs from whatever layout wrote them: a
         checkpoint saved by 2 processes loads into 1 (or into another FSDP layout).
@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from .checkpoint import Stateful, _find
+from .checkpoint import Stateful, find
 from .errors import CheckpointError
 from .fsdp import is_sharded
 
@@ -107,7 +107,7 @@ class ShardedPart:
 def _saved_sharded(directory: str | os.PathLike[str]) -> bool | None:
     """Whether the checkpoint has a DCP part; None when there is no checkpoint at all."""
     try:
-        return (_find(directory) / SHARDED_DIR).is_dir()
+        return (find(directory) / SHARDED_DIR).is_dir()
     except CheckpointError:
         return None
 
@@ -124,8 +124,8 @@ def split(
     on_disk = None if directory is None else _saved_sharded(directory)
     if sharded and on_disk is False:
         raise CheckpointError(
-            _find(directory),  # type: ignore[arg-type]
-            "was saved without FSDP (whole model_<i>.pt files) and cannot be loaded into "
+            find(directory),  # type: ignore[arg-type]
+            "was saved without FSDP (whole model.safetensors files) and cannot be loaded into "
             "sharded models; load it with fsdp off, then save_state to get a sharded one",
         )
     if not sharded and not on_disk:

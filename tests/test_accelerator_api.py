@@ -96,7 +96,10 @@ def test_unwrap_and_state_dict_and_save_model(tmp_path: object) -> None:
     assert model(torch.ones(1, 3)).dtype == torch.float32
     assert set(acc.get_state_dict(model)) == {"weight", "bias"}
     path = acc.save_model(model, tmp_path)  # type: ignore[arg-type]
-    assert set(torch.load(path, weights_only=True)) == {"weight", "bias"}
+    from safetensors.torch import load_file
+
+    assert path.name == "model.safetensors"
+    assert set(load_file(path)) == {"weight", "bias"}
     plain = acc.unwrap_model(model, keep_fp32_wrapper=False)
     with acc.autocast():
         assert plain(torch.ones(1, 3)).dtype == torch.bfloat16

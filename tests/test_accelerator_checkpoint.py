@@ -95,7 +95,7 @@ def _crash_while_saving(folder: str, expected: str) -> None:
 
     def save_then_die(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
         real_save(obj, f, *args, **kwargs)
-        if str(f).endswith("optimizer_0.pt"):
+        if "optimizer.bin" in str(f):
             os._exit(3)  # a crash half-way through the checkpoint
 
     torch.save = save_then_die  # type: ignore[assignment]
@@ -149,18 +149,29 @@ def test_checkpoint_files_load_with_weights_only(tmp_path: Path) -> None:
         opt.zero_grad()
     acc.save_state(tmp_path / "ckpt")
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert files == [
-        "loader_0.pt",
-        "meta.pt",
-        "model_0.pt",
-        "optimizer_0.pt",
-        "random_states_0.pt",
-        "scheduler_0.pt",
+    assert files == [  # accelerate's names, plus our loader position and counts
+        "dataloader.bin",
+        "model.safetensors",
+        "notebook_accel.json",
+        "optimizer.bin",
+        "random_states_0.pkl",
+        "scaler.pt",
+        "scheduler.bin",
     ]
-    for name in files:
+    for name in ["dataloader.bin", "optimizer.bin", "scaler.pt", "scheduler.bin"]:
         torch.load(tmp_path / "ckpt" / name, weights_only=True)
-    meta = torch.load(tmp_path / "ckpt" / "meta.pt", weights_only=True)
-    assert "scaler" in meta["extra"]["precision"]
+    # numpy's RNG state is an array: loadable with weights_only once numpy's globals are allowed
+    from notebook_accel.serialization import load_rng_file
+
+    rng = load_rng_file(tmp_path / "ckpt" / "random_states_0.pkl")
+    assert rng["step"] == acc.step and rng["numpy_random_seed"][0] == "MT19937"
+    scaler = torch.load(tmp_path / "ckpt" / "scaler.pt", weights_only=True)
+    assert scaler["scale"] == acc.scaler.state_dict()["scale"]
+    from safetensors.torch import load_file
+
+    weights = load_file(tmp_path / "ckpt" / "model.safetensors")
+    for name, value in acc.get_state_dict(model).items():
+        assert torch.equal(weights[name], value)
 
 
 def test_missing_or_mismatched_checkpoint_names_the_file(tmp_path: Path) -> None:
@@ -174,7 +185,7 @@ def test_missing_or_mismatched_checkpoint_names_the_file(tmp_path: Path) -> None
     other.prepare(torch.nn.Linear(2, 2))
     with pytest.raises(CheckpointError, match=r"holds 1 model\(s\) but 2") as count:
         other.load_state(tmp_path / "ckpt")
-    assert count.value.path.endswith("meta.pt")
+    assert count.value.path.endswith("notebook_accel.json")
 
     from notebook_accel.accelerator import Accelerator
 
@@ -186,19 +197,35 @@ def test_missing_or_mismatched_checkpoint_names_the_file(tmp_path: Path) -> None
         wrong_shape = Accelerator()
         wrong_shape.prepare(torch.nn.Linear(6, 4))
         wrong_shape.load_state(tmp_path / "small" / "ckpt")
-    assert shape.value.path.endswith("model_0.pt")
+    assert shape.value.path.endswith("model.safetensors")
 
-    (tmp_path / "ckpt" / "random_states_0.pt").unlink()
-    with pytest.raises(CheckpointError, match="missing: the checkpoint is incomplete") as rng:
+    # A rank without its random states (saved by the main process only, or by fewer
+    # processes) loads the rest and says what it could not restore.
+    (tmp_path / "ckpt" / "random_states_0.pkl").unlink()
+    with pytest.warns(
+        UserWarning, match="random_states_0.pkl is not in .*; rank 0 keeps its current"
+    ):
         acc.load_state(tmp_path / "ckpt")
-    assert rng.value.path.endswith("random_states_0.pt")
 
 
 def test_crash_between_the_two_renames_is_recovered(tmp_path: Path) -> None:
-    acc, model, *_ = prepared()
+    acc, model, opt, loader, sched = prepared()
+    for x, y, _ in loader:
+        acc.backward(F.mse_loss(model(x), y))
+        opt.step()
+        sched.step()
+        opt.zero_grad()
     acc.save_state(tmp_path / "ckpt")
+    saved = {k: v.clone() for k, v in acc.get_state_dict(model).items()}
     (tmp_path / "ckpt").rename(tmp_path / ".ckpt.old")  # as if killed right after rename 1
-    acc.load_state(tmp_path / "ckpt")
+
+    other, model2, opt2, _, sched2 = prepared()
+    other.load_state(tmp_path / "ckpt")
+    for name, value in other.get_state_dict(model2).items():
+        assert torch.equal(value, saved[name])
+    assert other.step == acc.step == 6
+    assert sched2.get_last_lr() == sched.get_last_lr()
+    assert opt2.state_dict()["state"][0]["step"] == opt.state_dict()["state"][0]["step"]
 
 
 def _save_on_two(folder: str) -> list[float]:

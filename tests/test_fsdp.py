@@ -214,7 +214,9 @@ def test_sharded_checkpoint_resumes_in_two_and_loads_in_one(tmp_path: Path) -> N
 
     # save_model's export is a plain full state dict.
     plain = make_model()
-    weights = torch.load(tmp_path / "export" / "pytorch_model.bin", weights_only=True)
+    from safetensors.torch import load_file
+
+    weights = load_file(tmp_path / "export" / "model.safetensors")
     plain.load_state_dict(weights)
     _close(full_weights(plain), saved[0]["at_save"])
 

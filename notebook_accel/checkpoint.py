@@ -23,6 +23,11 @@ says so):
         wait for its writer's "done", then write random_states_<rank>.pkl into its folder
         (created if it is not there: a machine with its own disk writes what it holds)
 
+A rank pairs its call with the writer's by the step, the folder's name and how many saves of
+that name it made at that step, so a save made by the main process alone does not pair with a
+later save by every rank (unless both are at the same step into a folder of the same name:
+then the other ranks' random states of the second may be lost, and load_state says so).
+
 A crash while writing leaves ``<name>`` untouched; should one fall between the two renames,
 ``load_state`` finds ``.<name>.old``. FSDP's sharded state is written by every rank into the
 writer's staging folder (torch.distributed.checkpoint is collective), so that path keeps
@@ -31,11 +36,11 @@ barriers and needs every rank and one shared folder.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -64,8 +69,9 @@ _FILES = {
 # Kinds whose state may hold arbitrary Python objects (a scheduler's lambda object, a user's
 # registered object): loaded with weights_only=True first, full unpickling only if needed.
 _UNRESTRICTED = ("scheduler", "custom")
-# Pairs save_state calls across ranks: the n-th call of each rank is the same save.
-_SAVES = itertools.count()
+# Pairs save_state calls across ranks without a collective: the same step, the same folder
+# name (paths may differ: one disk per machine) and the same count of such saves so far.
+_SAVES: Counter[tuple[int, str]] = Counter()
 
 
 @dataclass
@@ -183,7 +189,8 @@ def save_state(
         safe: weights as safetensors, else ``pytorch_model[_i].bin``.
     """
     target, staging, old = _paths(directory)
-    number = next(_SAVES)
+    number = f"{progress['step']}/{target.name}/{_SAVES[progress['step'], target.name]}"
+    _SAVES[progress["step"], target.name] += 1
     writer = state.rank == _writer_rank(state, on_each_node)
     counts = {kind: len(items) for kind, items in objects.kinds().items()}
     counts["model"] = len(weights)
@@ -214,7 +221,7 @@ def save_state(
     return target
 
 
-def _wait_for_writer(state: ProcessState, number: int, writer: int) -> None:
+def _wait_for_writer(state: ProcessState, number: str, writer: int) -> None:
     key = f"notebook_accel/save_state/{number}/{writer}"
     store = _store(state)
     store.wait([key], timedelta(minutes=30))

@@ -255,3 +255,110 @@ def test_a_checkpoint_resumes_on_more_processes(tmp_path: Path) -> None:
     assert all(weights == pytest.approx(saved) for weights, _ in loaded)
     assert loaded[0][1] == [] and loaded[1][1] == []  # ranks 0 and 1 had their own files
     assert "saved by 2 processes and this job has 3" in loaded[2][1][0]
+
+
+def _train(acc: Any, model: Any, opt: Any, loader: Any, steps: int) -> None:
+    for i, (x, y, _) in enumerate(loader):
+        if i == steps:
+            break
+        acc.backward(F.mse_loss(model(x), y))
+        opt.step()
+        opt.zero_grad()
+
+
+def _save_on_main_only(folder: str) -> dict[str, Any]:
+    acc, model, opt, loader, sched = prepared()
+    _train(acc, model, opt, loader, 2)
+    if acc.is_main_process:  # the pattern of many accelerate scripts
+        acc.save_state(folder)
+    saved = [p.detach().clone() for p in acc.unwrap_model(model).parameters()]
+    # The launch goes on: collectives still pair up, and an all-ranks save still works.
+    total = acc.reduce(torch.tensor([float(acc.process_index + 1)]), "sum")
+    acc.wait_for_everyone()
+    acc.save_state(folder + "_all")
+    _train(acc, model, opt, loader, 1)
+    return {"saved": saved, "total": total.item(), "step": acc.step}
+
+
+def _load_main_only(folder: str) -> dict[str, Any]:
+    import warnings
+
+    acc, model, opt, loader, sched = prepared()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        acc.load_state(folder)
+    weights = [p.detach().clone() for p in acc.unwrap_model(model).parameters()]
+    return {"weights": weights, "step": acc.step, "warnings": [str(w.message) for w in caught]}
+
+
+def test_save_state_on_the_main_process_only(tmp_path: Path) -> None:
+    folder = str(tmp_path / "ckpt")
+    saved = debug_launcher(_save_on_main_only, args=(folder,), num_processes=2)
+    assert [r["total"] for r in saved] == [3.0, 3.0]
+    assert sorted(p.name for p in Path(folder).glob("random_states_*")) == ["random_states_0.pkl"]
+    assert sorted(p.name for p in Path(folder + "_all").glob("random_states_*")) == [
+        "random_states_0.pkl",
+        "random_states_1.pkl",
+    ]
+    loaded = debug_launcher(_load_main_only, args=(folder,), num_processes=2)
+    for rank in range(2):
+        assert loaded[rank]["step"] == 2
+        for a, b in zip(loaded[rank]["weights"], saved[0]["saved"], strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert loaded[0]["warnings"] == []
+    assert "random_states_1.pkl is not in" in loaded[1]["warnings"][0]
+    assert "by the main process only" in loaded[1]["warnings"][0]
+
+
+def _own_folder(root: str, rank: int) -> str:
+    return str(Path(root) / f"machine{rank}" / "run" / "ckpt")  # no parent exists yet
+
+
+def _save_per_rank_folder(root: str, each_node: bool) -> dict[str, Any]:
+    import os
+
+    from notebook_accel import ProjectConfiguration
+
+    if each_node:
+        # Pretend each rank is alone on its machine, as two machines with local disks are.
+        os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"] = "0", "1"
+    config = ProjectConfiguration(save_on_each_node=each_node)
+    acc, model, opt, loader, sched = prepared(project_config=config)
+    _train(acc, model, opt, loader, 2)
+    acc.save_state(_own_folder(root, acc.process_index))
+    after = [torch.rand(1).item() for _ in range(3)]
+    weights = [p.detach().clone() for p in acc.unwrap_model(model).parameters()]
+    return {"after": after, "weights": weights}
+
+
+def _load_per_rank_folder(root: str) -> dict[str, Any]:
+    acc, model, opt, loader, sched = prepared()
+    acc.load_state(_own_folder(root, acc.process_index))
+    after = [torch.rand(1).item() for _ in range(3)]
+    weights = [p.detach().clone() for p in acc.unwrap_model(model).parameters()]
+    return {"after": after, "weights": weights, "step": acc.step}
+
+
+@pytest.mark.parametrize("each_node", [False, True], ids=["main-writes", "save_on_each_node"])
+def test_save_state_with_a_folder_per_machine(tmp_path: Path, each_node: bool) -> None:
+    saved = debug_launcher(_save_per_rank_folder, args=(str(tmp_path), each_node))
+    full = {
+        "model.safetensors",
+        "optimizer.bin",
+        "scheduler.bin",
+        "dataloader.bin",
+        "notebook_accel.json",
+        "random_states_0.pkl",
+    }
+    assert {p.name for p in Path(_own_folder(str(tmp_path), 0)).iterdir()} == full
+    second = {p.name for p in Path(_own_folder(str(tmp_path), 1)).iterdir()}
+    if each_node:  # every machine wrote a full copy
+        assert second == full - {"random_states_0.pkl"} | {"random_states_1.pkl"}
+    else:  # machine 1 wrote what it holds; loading gets the rest from machine 0
+        assert second == {"random_states_1.pkl"}
+    loaded = debug_launcher(_load_per_rank_folder, args=(str(tmp_path),))
+    for rank in range(2):
+        assert loaded[rank]["step"] == 2
+        assert loaded[rank]["after"] == saved[rank]["after"]  # each rank's own RNG stream
+        for a, b in zip(loaded[rank]["weights"], saved[rank]["weights"], strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)

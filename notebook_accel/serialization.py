@@ -205,12 +205,12 @@ def load_rng_file(path: Path) -> dict[str, Any]:
 
 
 # ---- whole-model export (save_model) ---------------------------------------------------------
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_UNITS = {"": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
 
 
 def parse_size(size: int | str) -> int:
-    """Bytes from ``5000000``, ``"5MB"`` (10**6) or ``"5MiB"`` (2**20), as the Hub reads them.
+    """Bytes from ``5000000``, ``"5MB"`` (10**6) or ``"5MiB"`` (2**20).
 
     Raises:
         ConfigError: anything else.
@@ -228,20 +228,33 @@ def parse_size(size: int | str) -> int:
 
 
 def _nbytes(value: Any) -> int:
-    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+    if not isinstance(value, torch.Tensor):
+        return 0
+    try:  # the storage's size, as the Hub counts it (a view costs its whole storage)
+        return int(value.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):
+        return value.numel() * value.element_size()
 
 
 def _shards(weights: dict[str, Any], limit: int) -> list[list[str]]:
-    # In order, a new shard whenever the next tensor would overflow this one; a tensor bigger
-    # than the limit gets a shard of its own (the Hub's rule).
-    shards: list[list[str]] = [[]]
+    # The Hub's rule, so files and index match accelerate's and transformers': in order, a new
+    # shard when the next tensor would overflow the current one; a tensor bigger than the limit
+    # goes to a shard of its own, placed before the one being filled.
+    shards: list[list[str]] = []
+    current: list[str] = []
     size = 0
     for name, value in weights.items():
-        if shards[-1] and size + _nbytes(value) > limit:
-            shards.append([])
-            size = 0
-        shards[-1].append(name)
-        size += _nbytes(value)
+        nbytes = _nbytes(value)
+        if nbytes > limit:
+            shards.append([name])
+            continue
+        if current and size + nbytes > limit:
+            shards.append(current)
+            current, size = [], 0
+        current.append(name)
+        size += nbytes
+    if current or not shards:
+        shards.append(current)
     return shards
 
 

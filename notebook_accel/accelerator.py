@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -45,7 +46,7 @@ from .precision import (
 from .processes import PartialState
 from .project import ProjectConfiguration
 from .state import DistributedType, GradientState, ProcessState
-from .utils_seed import set_seed
+from .utils_seed import RNG_TYPES, set_seed, synchronize_rng_states
 
 __all__ = ["Accelerator", "DistributedType"]
 
@@ -60,6 +61,16 @@ def _accumulation_steps(value: int | None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError("gradient_accumulation_steps", value, "an int >= 1")
     return value
+
+
+def _rng_types(value: list[str] | None) -> list[str]:
+    if value is None:
+        return ["generator"]
+    # accelerate's RNGType members are str enums: take their values.
+    names = [getattr(v, "value", v) for v in value] if isinstance(value, list | tuple) else None
+    if names is None or any(n not in RNG_TYPES for n in names):
+        raise ConfigError("rng_types", value, "a list of " + ", ".join(map(repr, RNG_TYPES)))
+    return [str(n) for n in names]
 
 
 class Accelerator:
@@ -90,6 +101,9 @@ class Accelerator:
         step_scheduler_with_optimizer: a prepared LR scheduler steps only with its optimizer,
             ``num_processes`` times per optimizer step (once with ``split_batches``), as
             accelerate does; ``False``: every ``scheduler.step()`` call steps it once.
+        rng_types: generators made equal to rank 0's at the start of each iteration of a
+            prepared loader: ``"torch"``, ``"cuda"``, ``"xla"``; ``"generator"`` (the default)
+            is the shuffle's, which every rank seeds alike in any case.
 
     Example:
         >>> accelerator = Accelerator()
@@ -116,6 +130,7 @@ class Accelerator:
         kwargs_handlers: list[KwargsHandler] | None = None,
         dataloader_config: DataLoaderConfiguration | None = None,
         step_scheduler_with_optimizer: bool = True,
+        rng_types: list[str] | None = None,
     ) -> None:
         # Validate every argument before joining a process group: errors come out clean.
         if mixed_precision is None:
@@ -135,6 +150,7 @@ class Accelerator:
                 "step_scheduler_with_optimizer", step_scheduler_with_optimizer, "True or False"
             )
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = _rng_types(rng_types)
         ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
         clash = sorted(set(ddp_options) & set(ddp_kwargs or {}))
         if clash:
@@ -352,6 +368,8 @@ class Accelerator:
             else device_placement,
             config=config,
         )
+        if any(name != "generator" for name in self.rng_types):
+            shard.synchronize_rng = functools.partial(synchronize_rng_states, self.rng_types)
         self._objects.loader.append(shard)
         return shard
 

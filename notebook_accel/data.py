@@ -22,7 +22,7 @@ says how many gathered samples of that round are real, for ``gather_for_metrics`
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -89,6 +89,9 @@ class DataLoaderShard:
         self.position = 0  # batches this rank has yielded in ``epoch``
         self._iterated = False
         self._resume: tuple[int, int, dict[str, Any] | None] | None = None
+        # Accelerator(rng_types=["torch", ...]): makes every rank's generators equal to rank 0's
+        # at the start of each iteration, as accelerate does.
+        self.synchronize_rng: Callable[[], None] | None = None
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this wrapper lacks; guard against lookups before __init__.
@@ -159,6 +162,8 @@ class DataLoaderShard:
             loader.generator = None
 
     def __iter__(self) -> Iterator[Any]:
+        if self.synchronize_rng is not None:
+            self.synchronize_rng()
         replay, skip = self._begin()
         gradients = self.gradients
         saved = (gradients.end_of_dataloader, gradients.remainder)

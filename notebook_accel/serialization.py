@@ -125,6 +125,9 @@ def save_weights_file(
         return
     from safetensors.torch import save, save_file
 
+    if any(isinstance(v, torch.Tensor) and v.device.type == "xla" for v in weights.values()):
+        # XLA tensors report one shared storage: compare aliases on CPU copies instead.
+        weights = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in weights.items()}
     tensors = {
         k: v.detach().contiguous()
         for k, v in drop_aliases(weights).items()

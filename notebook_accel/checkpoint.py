@@ -334,9 +334,13 @@ def _complete(folder: Path, objects: Stateful, meta: dict[str, Any] | None) -> b
     """Whether this rank's folder holds the shared files (it may hold only its RNG file)."""
     if meta is not None:
         return True
+    # A folder accelerate wrote: every file this job's objects need, and something besides
+    # random states (the folder of a rank that wrote only its own holds just that).
     needed = [_model_file(folder, i) for i in range(len(objects.model))]
-    needed += [folder / file_name("optimizer", i) for i in range(len(objects.optimizer))]
-    return bool(needed) and all(p.is_file() for p in needed)
+    for kind in ("optimizer", "scheduler", "custom"):
+        needed += [folder / file_name(kind, i) for i in range(len(objects.kinds()[kind]))]
+    others = [p for p in folder.iterdir() if not p.name.startswith("random_states_")]
+    return bool(others) and all(p.is_file() for p in needed)
 
 
 def _shared_contents(folder: Path | None, state: ProcessState, objects: Stateful) -> dict[str, Any]:

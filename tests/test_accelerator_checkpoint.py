@@ -362,3 +362,25 @@ def test_save_state_with_a_folder_per_machine(tmp_path: Path, each_node: bool) -
         assert loaded[rank]["after"] == saved[rank]["after"]  # each rank's own RNG stream
         for a, b in zip(loaded[rank]["weights"], saved[rank]["weights"], strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _writer_fails(folder: str) -> str:
+    acc, model, opt, loader, sched = prepared()
+    acc.save_state(folder)
+    acc.register_for_checkpointing(Exploding())  # only the writer reads state_dict()
+    error = ""
+    try:
+        acc.save_state(folder)
+    except (RuntimeError, CheckpointError) as err:
+        error = f"{type(err).__name__}: {err}"
+    acc.wait_for_everyone()  # both ranks got here: nobody hangs, collectives still pair
+    return error
+
+
+def test_a_failed_save_fails_on_every_rank_and_keeps_the_last(tmp_path: Path) -> None:
+    folder = str(tmp_path / "ckpt")
+    errors = debug_launcher(_writer_fails, args=(folder,), num_processes=2)
+    assert errors[0] == "RuntimeError: disk full"
+    assert "rank 0: failed to write its part of the checkpoint" in errors[1]
+    names = sorted(p.name for p in Path(folder).iterdir())
+    assert "random_states_1.pkl" in names and "notebook_accel.json" in names

@@ -1,7 +1,7 @@
-"""Seeding and the random number generators' states (for set_seed and for checkpoints).
+"""Seeding, and keeping generators in step across ranks (``Accelerator(rng_types=...)``).
 
-RNG states are stored as plain tensors, ints and tuples so that a checkpoint loads with
-``torch.load(weights_only=True)``: numpy's state array becomes a tensor on the way out.
+Checkpoints save and restore the generators' states in accelerate's format
+(``serialization.rng_file_state``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["set_seed", "rng_state", "restore_rng_state", "RNG_TYPES", "synchronize_rng_states"]
+__all__ = ["set_seed", "RNG_TYPES", "synchronize_rng_states"]
 
 
 def set_seed(seed: int, device_specific: bool = False) -> None:
@@ -36,44 +36,6 @@ def set_seed(seed: int, device_specific: bool = False) -> None:
     # numpy only takes 32-bit seeds.
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device, lazily
-
-
-def rng_state() -> dict[str, Any]:
-    """This process's python, numpy, torch and (if initialised) CUDA generator states."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": {
-            "kind": kind,
-            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        },
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Put back what :func:`rng_state` returned."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    numpy_state = state["numpy"]
-    np.random.set_state(
-        (
-            numpy_state["kind"],
-            numpy_state["keys"].numpy().astype(np.uint32),
-            numpy_state["pos"],
-            numpy_state["has_gauss"],
-            numpy_state["cached_gaussian"],
-        )
-    )
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # accelerate's rng_types: "generator" is the shuffle's own generator (ours is always seeded

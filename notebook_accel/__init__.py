@@ -41,6 +41,7 @@ _EXPORTS = {
     "release_memory": "notebook_accel.memory",
     "DataLoaderConfiguration": "notebook_accel.data_config",
     "skip_first_batches": "notebook_accel.data",
+    "AORecipeKwargs": "notebook_accel.fp8",
     "NotebookAccelError": "notebook_accel.errors",
     "ConfigError": "notebook_accel.errors",
     "PayloadError": "notebook_accel.errors",

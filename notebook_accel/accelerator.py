@@ -81,7 +81,9 @@ class Accelerator:
         split_batches: a loader's batch size is the global one, cut across processes
             (default: every process gets the loader's batch size); also settable in
             ``dataloader_config``.
-        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``; ``None`` takes the launcher's.
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` (torchao float8 on GPUs
+            with compute capability >= 8.9, options in ``AORecipeKwargs``); ``None`` takes
+            the launcher's.
         gradient_accumulation_steps: micro-batches per optimizer step; ``None`` takes the
             launcher's (1 outside a launch).
         cpu: train on the CPU even where a GPU exists.
@@ -164,7 +166,11 @@ class Accelerator:
         self._processes = PartialState.of(self.state)
         self._sharder = fsdp_config and fsdp_.Sharder(fsdp_config, self.state)
         self.precision = make_precision(
-            precision, self.state.device.type, self._handler_kwargs(GradScalerKwargs)
+            precision,
+            self.state.device.type,
+            self._handler_kwargs(GradScalerKwargs),
+            self._fp8_recipe(),
+            self.state.device,
         )
         self.gradient_state = GradientState(accumulation_steps=steps)
         self.device_placement = device_placement
@@ -239,6 +245,10 @@ class Accelerator:
         handler = self._handler(kind)
         return handler.to_kwargs() if handler is not None else {}
 
+    def _fp8_recipe(self) -> KwargsHandler | None:
+        """The user's AORecipeKwargs, found by name so that fp8.py loads only for fp8."""
+        return next((h for k, h in self._handlers.items() if k.__name__ == "AORecipeKwargs"), None)
+
     @property
     def optimizer_step_was_skipped(self) -> bool:
         """Whether the last optimizer step was skipped (fp16 gradients overflowed)."""
@@ -294,20 +304,22 @@ class Accelerator:
         device_placement: bool | None = None,
         evaluation_mode: bool = False,
     ) -> torch.nn.Module:
+        before = list(model.parameters())
+        # fp8 swaps Linear layers (new Parameter objects): optimizers follow, as after .to().
+        model = self.precision.convert_model(model, bool(self._sharder) and not evaluation_mode)
         if self.device_placement if device_placement is None else device_placement:
-            before = list(model.parameters())
             model.to(self.device)
-            # On XLA (and with torch's overwrite-on-conversion flag) .to() makes new Parameter
-            # objects; an optimizer built on the model beforehand must step the new ones.
-            replaced = {
-                id(old): (old, new)
-                for old, new in zip(before, model.parameters(), strict=True)
-                if old is not new
-            }
-            if replaced and not self._sharder:
-                self._replaced.update(replaced)
-                for opt in self._objects.optimizer:
-                    _follow_parameters(opt.optimizer, replaced)
+        # On XLA (and with torch's overwrite-on-conversion flag) .to() makes new Parameter
+        # objects; an optimizer built on the model beforehand must step the new ones.
+        replaced = {
+            id(old): (old, new)
+            for old, new in zip(before, model.parameters(), strict=True)
+            if old is not new
+        }
+        if replaced and not self._sharder:
+            self._replaced.update(replaced)
+            for opt in self._objects.optimizer:
+                _follow_parameters(opt.optimizer, replaced)
         self.precision.wrap_forward(model)
         if evaluation_mode:
             pass  # inference only: device and precision, no DDP/FSDP wrapper

@@ -226,6 +226,29 @@ def _version(module: str) -> str:
         return "not installed"
 
 
+def _cuda_lines(machine: hardware.Machine) -> list[str]:
+    """The GPUs found, their compute capability and precisions, and how they were found."""
+    counts: dict[str, int] = {}
+    for name in machine.cuda_names:
+        counts[name] = counts.get(name, 0) + 1
+    found = ", ".join(f"{n} × {name}" for name, n in counts.items()) or "none"
+    cap = machine.cuda_capability
+    if machine.cuda_names:
+        cuda = next(k for k in hardware.kinds(machine) if k.name == "cuda")
+        offers = ", ".join(p for p in cuda.precisions(machine) if p != "no")
+        known = f"{cap[0]}.{cap[1]}" if cap else "unknown"
+        found += f" (compute capability {known}" + (f"; precisions: {offers})" if offers else ")")
+    lines = [f"- CUDA GPUs: {found}"]
+    if machine.cuda_method:
+        lines.append(f"    found by: {machine.cuda_method}")
+    if machine.cuda_mig:
+        lines.append(
+            "    MIG: a CUDA process sees one MIG device and NCCL does not span them, "
+            "so a launch here runs 1 process"
+        )
+    return lines
+
+
 def _env(args: argparse.Namespace) -> int:
     import platform
 
@@ -245,9 +268,10 @@ def _env(args: argparse.Namespace) -> int:
         pass
     lines += [
         f"- CPU cores: {machine.cpu_cores}",
-        f"- CUDA GPUs: {', '.join(machine.cuda_names) or 'none'}",
+        *_cuda_lines(machine),
         f"- Apple MPS: {'yes' if machine.mps else 'no'}",
-        f"- TPU cores: {machine.tpu_cores or 'none'} {machine.tpu_type}".rstrip(),
+        f"- TPU devices on this host: {machine.tpu_cores or 'none'} {machine.tpu_type}".rstrip(),
+        *([f"    found by: {machine.tpu_method}"] if machine.tpu_method else []),
         f"- Running in: {machine.place}",
         f"- Hardware 'auto' picks: {hardware.kinds(machine)[0].describe(machine)}",
     ]

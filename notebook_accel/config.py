@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 Hardware = Literal["auto", "cpu", "cuda", "tpu", "mps"]
-MixedPrecision = Literal["no", "fp16", "bf16"]
+MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
 OutputMode = Literal["all", "main", "none"]
 StartMethod = Literal["auto", "forkserver", "spawn"]
 

@@ -1,22 +1,20 @@
 """What this machine has, found without initialising CUDA, and how "auto" resolves.
 
 Each kind of hardware is a small class with one interface (availability, process bounds,
-precisions, backend); ``resolve`` picks one and checks a LaunchConfig against it.
+precisions, backend); ``resolve`` picks one and checks a LaunchConfig against it. CUDA devices
+come from NVML (``hardware_gpu.py``), TPU devices per host from the accelerator type
+(``hardware_tpu.py``); each answer keeps a sentence on how it was found (``notebook-accel env``).
 """
 
 from __future__ import annotations
 
 import functools
-import glob
 import importlib.util
 import os
-import re
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 
-from . import env
+from . import env, hardware_gpu, hardware_tpu
 from .config import LaunchConfig
 from .errors import ConfigError
 
@@ -25,7 +23,13 @@ __all__ = ["Machine", "Plan", "detect", "resolve", "kinds", "HardwareKind"]
 
 @dataclass(frozen=True)
 class Machine:
-    """A snapshot of the hardware visible to this process."""
+    """A snapshot of the hardware visible to this process.
+
+    ``cuda_names`` are the devices CUDA would enumerate (MIG devices where a GPU is in MIG
+    mode); ``cuda_capability`` is the lowest compute capability among them (``None``:
+    unknown). ``tpu_cores`` counts the XLA devices on this host (TensorCores on v2/v3, chips
+    on v4 and later). The ``*_method`` fields say how each was found.
+    """
 
     cpu_cores: int
     cuda_names: tuple[str, ...] = ()
@@ -34,10 +38,19 @@ class Machine:
     tpu_cores: int = 0
     tpu_type: str = ""
     place: str = "terminal"  # "colab", "kaggle", "jupyter" or "terminal"
+    cuda_capability: tuple[int, int] | None = None
+    cuda_mig: bool = False
+    cuda_method: str = ""
+    tpu_method: str = ""
 
     @property
     def cuda_count(self) -> int:
         return len(self.cuda_names)
+
+    @property
+    def cuda_fp8(self) -> bool:
+        """Float8 tensor cores on every visible GPU (compute capability >= 8.9), as far as known."""
+        return self.cuda_capability is not None and self.cuda_capability >= (8, 9)
 
 
 @dataclass(frozen=True)
@@ -111,12 +124,13 @@ class _Cuda(HardwareKind):
         return machine.cuda_count > 0
 
     def count(self, machine: Machine) -> int:
-        return machine.cuda_count
+        # One CUDA process enumerates one MIG device, and NCCL does not run across MIG
+        # devices: a launch on MIG is one process.
+        return 1 if machine.cuda_mig else machine.cuda_count
 
     def precisions(self, machine: Machine) -> tuple[str, ...]:
-        if machine.cuda_bf16 is False:
-            return ("no", "fp16")
-        return ("no", "fp16", "bf16")
+        found = ("no", "fp16") if machine.cuda_bf16 is False else ("no", "fp16", "bf16")
+        return found + ("fp8",) if machine.cuda_fp8 else found
 
     def label(self, machine: Machine) -> str:
         return "CUDA" if machine.cuda_count == 1 else f"{machine.cuda_count} CUDA GPUs"
@@ -159,7 +173,7 @@ class _Tpu(HardwareKind):
         return f"TPU {machine.tpu_type}".strip()
 
     def describe(self, machine: Machine) -> str:
-        return f"TPU, {machine.tpu_cores} cores"
+        return f"TPU {machine.tpu_type}, {machine.tpu_cores} devices".replace("TPU ,", "TPU,")
 
 
 _KINDS: dict[str, HardwareKind] = {k.name: k for k in (_Tpu(), _Cuda(), _Mps(), _Cpu())}
@@ -181,62 +195,16 @@ def _torch_cpu_fp16() -> bool:
         return False
 
 
-def _visible() -> list[str] | None:
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return None
-    return [v.strip() for v in visible.split(",") if v.strip() and not v.strip().startswith("-")]
-
-
-def _cuda_from_nvidia_smi() -> tuple[tuple[str, ...], bool | None]:
-    """GPU names and bf16 support from nvidia-smi, filtered by CUDA_VISIBLE_DEVICES.
-
-    nvidia-smi talks to the driver through NVML and never creates a CUDA context, so the
-    notebook process stays free of CUDA state.
-    """
-    if shutil.which("nvidia-smi") is None:
-        return (), None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,uuid,name,compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return (), None
-    rows = [[c.strip() for c in line.split(",")] for line in out.splitlines() if line.strip()]
-    visible = _visible()
-    if visible is not None:
-        by_key = {r[0]: r for r in rows} | {r[1]: r for r in rows}
-        rows = [by_key[v] for v in visible if v in by_key]
-    names = tuple(r[2] for r in rows)
-    try:
-        bf16 = all(float(r[3]) >= 8.0 for r in rows) if rows else None
-    except (ValueError, IndexError):
-        bf16 = None
-    return names, bf16
-
-
-def _tpu() -> tuple[int, str]:
+def _tpu() -> tuple[int, str, str]:
     if importlib.util.find_spec("torch_xla") is None:
-        return 0, ""
+        return 0, "", ""
     accel_type = env.get("TPU_ACCELERATOR_TYPE") or env.get("ACCELERATOR_TYPE") or ""
-    on_tpu_vm = bool(
-        accel_type
-        or env.get("COLAB_TPU_ADDR")
-        or env.get("TPU_NAME")
-        or env.get("PJRT_DEVICE") == "TPU"
-        or glob.glob("/dev/accel*")
-        or glob.glob("/dev/vfio/[0-9]*")
-    )
-    if not on_tpu_vm:
-        return 0, ""
-    match = re.search(r"-(\d+)$", accel_type)
-    chips = len(glob.glob("/dev/accel*")) or len(glob.glob("/dev/vfio/[0-9]*"))
-    cores = int(match.group(1)) if match else (chips or 8)
-    return cores, accel_type
+    found = hardware_tpu.from_accelerator_type(accel_type) if accel_type else None
+    if found is None:
+        found = hardware_tpu.from_device_files()
+    if found is None:
+        return 0, accel_type, ""
+    return found.devices, accel_type, found.method
 
 
 def _mps() -> bool:
@@ -262,16 +230,22 @@ def _place() -> str:
 
 def detect() -> Machine:
     """Look at the machine now (no CUDA context is created)."""
-    names, bf16 = _cuda_from_nvidia_smi()
-    tpu_cores, tpu_type = _tpu()
+    cuda = hardware_gpu.probe()
+    known = [d.capability for d in cuda.devices if d.capability is not None]
+    lowest = min(known) if known and len(known) == len(cuda.devices) else None
+    tpu_cores, tpu_type, tpu_method = _tpu()
     return Machine(
         cpu_cores=os.cpu_count() or 1,
-        cuda_names=names,
-        cuda_bf16=bf16,
+        cuda_names=tuple(d.name for d in cuda.devices),
+        cuda_bf16=None if lowest is None else lowest >= (8, 0),
         mps=_mps(),
         tpu_cores=tpu_cores,
         tpu_type=tpu_type,
         place=_place(),
+        cuda_capability=lowest,
+        cuda_mig=any(d.mig for d in cuda.devices),
+        cuda_method=cuda.method,
+        tpu_method=tpu_method,
     )
 
 
@@ -289,13 +263,7 @@ def resolve(config: LaunchConfig, machine: Machine | None = None) -> Plan:
     n = config.num_processes or kind.default_processes(machine)
     if bound and n > bound:
         raise ConfigError("num_processes", n, f"an int in [1, {bound}] on {kind.describe(machine)}")
-    precisions = ("no",) if config.mixed_precision == "no" else kind.precisions(machine)
-    if config.mixed_precision not in precisions:
-        raise ConfigError(
-            "mixed_precision",
-            config.mixed_precision,
-            f"one of {', '.join(map(repr, precisions))} on {kind.describe(machine)}",
-        )
+    _check_precision(config.mixed_precision, kind, machine)
     return Plan(
         hardware=kind.name,
         num_processes=n,
@@ -303,3 +271,31 @@ def resolve(config: LaunchConfig, machine: Machine | None = None) -> Plan:
         device_type=kind.device_type,
         label=kind.label(machine),
     )
+
+
+def _check_precision(precision: str, kind: HardwareKind, machine: Machine) -> None:
+    precisions = ("no",) if precision == "no" else kind.precisions(machine)
+    if precision not in precisions:
+        hint = ""
+        if precision == "fp8":
+            known = kind.name != "cuda" or machine.cuda_capability is not None
+            hint = (
+                "fp8 needs a CUDA GPU with compute capability >= 8.9 (Ada, Hopper or newer)"
+                + ("" if known else f"; this GPU's is unknown: {hardware_gpu.INSTALL_HINT}")
+                + ". To try the fp8 path anywhere, call Accelerator(mixed_precision='fp8', "
+                "kwargs_handlers=[AORecipeKwargs(config=Float8LinearConfig(emulate=True))]) "
+                "inside the function instead."
+            )
+        raise ConfigError(
+            "mixed_precision",
+            precision,
+            f"one of {', '.join(map(repr, precisions))} on {kind.describe(machine)}",
+            hint,
+        )
+    if precision == "fp8" and importlib.util.find_spec("torchao") is None:
+        raise ConfigError(
+            "mixed_precision",
+            precision,
+            "torchao installed for fp8",
+            "pip install 'notebook_accel[fp8]'.",
+        )

@@ -4,6 +4,7 @@
       Bf16Precision      autocast(bfloat16); no scaling needed (bf16 has fp32's exponent range)
       Fp16Precision      autocast(float16) + GradScaler: scaled backward, unscale once per step,
                          a step whose gradients overflowed is skipped and reported
+        Fp8Precision     (fp8.py) torchao float8 Linear layers + bf16 autocast; convert_model
 
 The facade never branches on the precision's name: it asks the object.
 """
@@ -32,7 +33,7 @@ __all__ = [
     "AcceleratedScheduler",
 ]
 
-MixedPrecision = Literal["no", "fp16", "bf16"]
+MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
 
 
 class Precision:
@@ -76,6 +77,10 @@ class Precision:
 
     def forget(self) -> None:
         """Forget the prepared optimizers (:meth:`Accelerator.free_memory`)."""
+
+    def convert_model(self, model: torch.nn.Module, sharded: bool = False) -> torch.nn.Module:
+        """Change the model's layers where the precision needs it (fp8); others keep it."""
+        return model
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Back-propagate ``loss`` (scaled where the precision needs it)."""
@@ -218,16 +223,23 @@ _PRECISIONS: dict[str, type[Precision]] = {
 
 def check_precision(name: object) -> str:
     """Return ``name`` if it is an accepted precision, else raise :class:`ConfigError`."""
-    if name not in _PRECISIONS:
+    if name not in _PRECISIONS and name != "fp8":
         accepted = "one of " + ", ".join(repr(v) for v in get_args(MixedPrecision))
         raise ConfigError("mixed_precision", name, accepted)
     return str(name)
 
 
 def make_precision(
-    name: object, device_type: str, scaler_kwargs: dict[str, Any] | None = None
+    name: object,
+    device_type: str,
+    scaler_kwargs: dict[str, Any] | None = None,
+    recipe: Any = None,
+    device: Any = None,
 ) -> Precision:
-    """The precision object for ``name`` (``"no"``, ``"fp16"`` or ``"bf16"``).
+    """The precision object for ``name`` (``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``).
+
+    ``recipe`` is fp8's :class:`~notebook_accel.fp8.AORecipeKwargs` (or ``None``) and
+    ``device`` the process's device, whose float8 support fp8 checks.
 
     ``scaler_kwargs`` go to fp16's ``torch.amp.GradScaler`` (``GradScalerKwargs``).
 
@@ -240,13 +252,17 @@ def make_precision(
     """
     name = check_precision(name)
     if device_type == "xla":
-        if name == "fp16":
+        if name in ("fp16", "fp8"):
             raise ConfigError(
                 "mixed_precision", name, "'no' or 'bf16' on TPU (XLA)", "TPUs compute in bf16."
             )
         return XlaPrecision(device_type, name)
     if name == "fp16":
         return Fp16Precision(device_type, scaler_kwargs)
+    if name == "fp8":
+        from .fp8 import Fp8Precision  # imports torchao when used: only for fp8
+
+        return Fp8Precision(device_type, recipe, device)
     return _PRECISIONS[name](device_type)
 
 

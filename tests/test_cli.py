@@ -135,7 +135,7 @@ def test_env_prints_versions_and_hardware(config: Path) -> None:
     [
         (["launch", "--num_procs", "2", "x.py"], "--num_procs"),
         (["launch", "--num_processes", "0", "SCRIPT"], "--num_processes=0"),
-        (["launch", "--mixed_precision", "fp8", "SCRIPT"], "--mixed_precision"),
+        (["launch", "--mixed_precision", "fp32", "SCRIPT"], "--mixed_precision"),
         (
             [
                 "launch",

@@ -25,7 +25,7 @@ def test_round_trip_and_atomic_write() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["{not json", "[1, 2]", '{"num_processes": -4}', '{"mixed_precision": "fp8"}']
+    "text", ["{not json", "[1, 2]", '{"num_processes": -4}', '{"mixed_precision": "fp32"}']
 )
 def test_a_broken_file_warns_and_gives_defaults(text: str) -> None:
     _config_path().write_text(text)

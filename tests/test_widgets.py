@@ -126,3 +126,13 @@ def test_bad_seed_is_reported_without_launching() -> None:
     panel.launch_button.click()
     assert not panel.running and panel.results is None
     assert "seed" in panel.status.value and "soon" in panel.status.value
+
+
+def test_fp8_is_offered_only_on_gpus_that_have_it() -> None:
+    def offered(capability: tuple[int, int] | None) -> tuple[str, ...]:
+        machine = Machine(cpu_cores=8, cuda_names=("NVIDIA GPU",) * 2, cuda_capability=capability)
+        return tuple(LaunchPanel(square, machine=machine).precision.options)
+
+    assert "fp8" in offered((9, 0)) and "fp8" in offered((8, 9))
+    assert "fp8" not in offered((8, 0)) and "fp8" not in offered(None)  # None: unknown
+    assert "fp8" not in LaunchPanel(square, machine=CPU2).precision.options

@@ -11,7 +11,7 @@ import pytest
 from notebook_accel import ConfigError, notebook_launcher
 
 
-def _train(steps: int, fsdp: Any = None) -> dict[str, Any]:
+def _train(epochs: int, fsdp: Any = None) -> dict[str, Any]:
     import torch
 
     from notebook_accel import Accelerator
@@ -29,7 +29,7 @@ def _train(steps: int, fsdp: Any = None) -> dict[str, Any]:
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=64)
     model, opt, loader = acc.prepare(model, opt, loader)
     losses = []
-    for _ in range(steps):
+    for _ in range(epochs * acc.num_processes):  # as many optimizer steps on 1 GPU as on 8
         for xb, yb in loader:
             out = model(xb)
             loss = torch.nn.functional.mse_loss(out, yb)

@@ -120,6 +120,24 @@ def test_worker_killed_mid_kernel_is_a_worker_died_error(
     assert settled(before, 15.0) == before  # no context left behind on any GPU
 
 
+def _hold_a_context() -> int:
+    """Use the GPU, then say how many processes NVML lists while this one holds a context."""
+    import pynvml
+    import torch
+
+    x = torch.randn(2048, 2048, device=f"cuda:{int(os.environ['LOCAL_RANK'])}")
+    (x @ x).sum().item()
+    pynvml.nvmlInit()
+    pids: set[int] = set()
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            pids.update(p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        except pynvml.NVMLError:
+            pass  # not supported here: seen as no process
+    return len(pids)
+
+
 def test_launches_leave_no_process_and_no_context_on_the_gpus(
     gpu_processes: Callable[[], set[int]],
     settled: Callable[[set[int], float], set[int]],
@@ -129,16 +147,15 @@ def test_launches_leave_no_process_and_no_context_on_the_gpus(
     untouched = not torch.cuda.is_initialized()
     before = gpu_processes()
     seen: list[set[int]] = []
-
-    def train() -> float:
-        import torch
-
-        x = torch.randn(2048, 2048, device=f"cuda:{int(os.environ['LOCAL_RANK'])}")
-        return float((x @ x).mean().item())
-
+    counts: list[int] = []
     for _ in range(2):
-        assert len(notebook_launcher(train)) >= 1
+        counts += notebook_launcher(_hold_a_context)
         seen.append(settled(before, 15.0))
-    assert seen == [before, before]
     assert worker_processes() == []
     assert not (untouched and torch.cuda.is_initialized())  # nor does this process
+    if max(counts) <= len(before):
+        pytest.skip(
+            "NVML lists no compute processes on this machine (a sandbox such as gVisor hides "
+            "them): no context can be seen, left or not; the checks above stand"
+        )
+    assert seen == [before, before]  # every worker's context went with its process

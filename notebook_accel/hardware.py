@@ -173,7 +173,7 @@ class _Tpu(HardwareKind):
         return f"TPU {machine.tpu_type}".strip()
 
     def describe(self, machine: Machine) -> str:
-        return f"TPU {machine.tpu_type}, {machine.tpu_cores} devices".replace("TPU ,", "TPU,")
+        return f"{self.label(machine)}, {machine.tpu_cores} devices on this host"
 
 
 _KINDS: dict[str, HardwareKind] = {k.name: k for k in (_Tpu(), _Cuda(), _Mps(), _Cpu())}

@@ -258,7 +258,8 @@ def _env(args: argparse.Namespace) -> int:
         f"- Python: {platform.python_version()} ({sys.executable})",
         f"- Platform: {platform.platform()}",
     ]
-    for package in ("torch", "torch_xla", "cloudpickle", "tqdm", "ipykernel", "accelerate"):
+    packages = ("torch", "torch_xla", "torchao", "nvidia-ml-py", "cloudpickle", "tqdm")
+    for package in (*packages, "ipykernel", "accelerate"):
         lines.append(f"- {package}: {_version(package)}")
     try:
         import torch

@@ -251,6 +251,10 @@ def make_precision(
         torch.bfloat16
     """
     name = check_precision(name)
+    if recipe is not None and name != "fp8":  # as accelerate: fp8 options without fp8
+        raise ConfigError(
+            "mixed_precision", name, "'fp8' when kwargs_handlers holds an AORecipeKwargs"
+        )
     if device_type == "xla":
         if name in ("fp16", "fp8"):
             raise ConfigError(

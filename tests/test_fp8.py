@@ -126,3 +126,10 @@ def test_a_custom_module_filter_is_used() -> None:
     assert kinds == [True, False]
     assert acc.prepare(model) is model or True  # preparing again does not convert twice
     assert sum(isinstance(m, Float8Linear) for m in model.modules()) == 1
+
+
+def test_fp8_options_without_fp8_are_refused() -> None:
+    from notebook_accel import Accelerator, AORecipeKwargs
+
+    with pytest.raises(ConfigError, match="'fp8' when kwargs_handlers holds an AORecipeKwargs"):
+        Accelerator(mixed_precision="bf16", kwargs_handlers=[AORecipeKwargs()], cpu=True)

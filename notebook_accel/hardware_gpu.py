@@ -105,8 +105,15 @@ def _capability(nvml: Any, handle: Any) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
+class _NoDriver(Exception):
+    """NVML did not start: no NVIDIA driver on this machine (or it is not loaded)."""
+
+
 def _gpus_from_pynvml(nvml: Any) -> tuple[list[Gpu], str]:
-    nvml.nvmlInit()
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        raise _NoDriver(_text(exc)) from exc
     try:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         gpus = []
@@ -151,28 +158,37 @@ def probe() -> CudaFound:
         nvml = importlib.import_module("pynvml")
     except ImportError:
         nvml = None
+    failed = ""
     if nvml is not None:
         try:
             gpus, method = _gpus_from_pynvml(nvml)
-        except nvml.NVMLError as exc:
-            # No driver (LIBRARY_NOT_FOUND / DRIVER_NOT_LOADED): a machine without GPUs.
-            return CudaFound((), f"none: NVML did not start ({_text(exc)})")
-        devices = visible(gpus, env.get("CUDA_VISIBLE_DEVICES"))
-        return CudaFound(tuple(devices), method + _filter_note())
+        except _NoDriver as exc:
+            # LIBRARY_NOT_FOUND / DRIVER_NOT_LOADED: a machine without NVIDIA GPUs.
+            return CudaFound((), f"none: NVML did not start ({exc})")
+        except nvml.NVMLError as exc:  # started, then a query failed: count another way
+            failed = f"nvidia-ml-py failed ({_text(exc)}), so "
+        else:
+            devices = visible(gpus, env.get("CUDA_VISIBLE_DEVICES"))
+            return CudaFound(tuple(devices), method + _filter_note())
     if not _nvml_library():
         return CudaFound((), "none: no NVIDIA driver (libnvidia-ml.so.1 not found)")
+    return _torch_count(failed)
+
+
+def _torch_count(failed: str) -> CudaFound:
     count = _count_from_torch()
+    advice = "" if failed else f"; for names and compute capability, {INSTALL_HINT}"
     if count < 0:
         return CudaFound(
             (),
-            "unknown: torch's NVML count could not tell (MIG device UUIDs, or NVML failed); "
-            f"install nvidia-ml-py: {INSTALL_HINT}",
+            f"unknown: {failed}torch's NVML count could not tell (MIG device UUIDs, or NVML "
+            f"failed): no GPU is counted{advice}",
         )
     unknown = CudaDevice(name="CUDA GPU", uuid="", capability=None)
     return CudaFound(
         (unknown,) * count,
-        "NVML through torch (torch.cuda._device_count_nvml): names and compute capability "
-        f"unknown; for them, {INSTALL_HINT}" + _filter_note(),
+        f"{failed}NVML through torch (torch.cuda._device_count_nvml): names and compute "
+        f"capability unknown{advice}" + _filter_note(),
     )
 
 

@@ -153,6 +153,22 @@ def test_without_the_binding_the_method_says_so(monkeypatch: pytest.MonkeyPatch)
         assert "libnvidia-ml.so.1 not found" in found.method
 
 
+def test_a_failing_binding_falls_back_to_torchs_count_and_says_so(
+    driver: Driver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The driver is there (its library loads) and torch's NVML count answers 2.
+    monkeypatch.setattr(hardware_gpu, "_nvml_library", lambda: True)
+    monkeypatch.setattr(hardware_gpu, "_count_from_torch", lambda: 2)
+    machine = driver({"fail": "uuid", "gpus": THREE_H100[:2]})
+    assert machine.cuda_names == ("CUDA GPU", "CUDA GPU") and machine.cuda_capability is None
+    assert machine.cuda_method == (
+        "nvidia-ml-py failed (Unknown Error), so NVML through torch "
+        "(torch.cuda._device_count_nvml): names and compute capability unknown"
+    )
+    monkeypatch.setattr(hardware_gpu, "_count_from_torch", lambda: -1)
+    assert driver({"fail": "uuid", "gpus": THREE_H100}).cuda_count == 0
+
+
 def test_cuda_is_not_initialised_by_detection(driver: Driver) -> None:
     import torch
 

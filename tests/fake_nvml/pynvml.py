@@ -9,7 +9,8 @@ Put this folder first on ``sys.path`` (or ``PYTHONPATH`` for a subprocess) and s
                         "gi": 1, "ci": 0}]}]}
 
 ``"mig"`` absent: a GPU that is not MIG-capable; ``[]``: MIG mode on, no instance made.
-``{"fail": "init"}`` plays a machine whose driver is missing. Only the calls that
+``{"fail": "init"}`` plays a machine whose driver is missing, ``{"fail": "uuid", "gpus": [...]}``
+a driver that starts and then fails a query. Only the calls that
 notebook_accel makes are here, with the real binding's names and error behaviour.
 """
 
@@ -90,6 +91,8 @@ def nvmlDeviceGetName(handle: tuple[int, int | None]) -> str:
 
 
 def nvmlDeviceGetUUID(handle: tuple[int, int | None]) -> str:
+    if _spec().get("fail") == "uuid":
+        raise NVMLError("Unknown Error")
     return str((_gpu(handle) if handle[1] is None else _mig(handle))["uuid"])
 
 

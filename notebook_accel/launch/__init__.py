@@ -176,7 +176,8 @@ def notebook_launcher(
         args: its positional arguments, as a tuple.
         num_processes: how many workers on this machine; default: every GPU / TPU core,
             or 2 on CPU (from the config file when it says otherwise).
-        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``, passed to the Accelerator.
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` (GPUs with compute
+            capability >= 8.9, through torchao), passed to the Accelerator.
         kwargs: keyword arguments for ``function``.
         hardware: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"tpu"`` or ``"mps"``.
         output: whose lines to show: ``"all"`` ranks, ``"main"`` (rank 0 only) or ``"none"``.

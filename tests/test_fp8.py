@@ -124,7 +124,7 @@ def test_a_custom_module_filter_is_used() -> None:
     model = acc.prepare(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)))
     kinds = [type(m) is Float8Linear for m in acc.unwrap_model(model)]
     assert kinds == [True, False]
-    assert acc.prepare(model) is model or True  # preparing again does not convert twice
+    acc.prepare(model)  # preparing again converts nothing more
     assert sum(isinstance(m, Float8Linear) for m in model.modules()) == 1
 
 

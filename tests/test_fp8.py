@@ -124,8 +124,13 @@ def test_a_custom_module_filter_is_used() -> None:
     model = acc.prepare(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)))
     kinds = [type(m) is Float8Linear for m in acc.unwrap_model(model)]
     assert kinds == [True, False]
-    acc.prepare(model)  # preparing again converts nothing more
-    assert sum(isinstance(m, Float8Linear) for m in model.modules()) == 1
+
+    plain = AORecipeKwargs(config=Float8LinearConfig(emulate=True))
+    acc = Accelerator(mixed_precision="fp8", kwargs_handlers=[plain], cpu=True)
+    model = acc.prepare(torch.nn.Sequential(*(torch.nn.Linear(32, 32) for _ in range(4))))
+    acc.prepare(model)  # prepared twice: the Float8Linear layers are not converted again
+    names = [type(m).__name__ for m in model]
+    assert names == ["Linear", "Float8Linear", "Float8Linear", "Linear"]
 
 
 def test_fp8_options_without_fp8_are_refused() -> None:

@@ -133,11 +133,15 @@ class _Cuda(HardwareKind):
         return found + ("fp8",) if machine.cuda_fp8 else found
 
     def label(self, machine: Machine) -> str:
+        if machine.cuda_mig:
+            return "a CUDA MIG device"
         return "CUDA" if machine.cuda_count == 1 else f"{machine.cuda_count} CUDA GPUs"
 
     def describe(self, machine: Machine) -> str:
         names = sorted(set(machine.cuda_names))
         short = names[0].replace("NVIDIA ", "") if len(names) == 1 else "GPUs"
+        if machine.cuda_mig:
+            return f"CUDA MIG, {machine.cuda_count} × {short} (a process sees one MIG device)"
         return f"CUDA, {machine.cuda_count} × {short}"
 
 

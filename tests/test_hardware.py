@@ -112,9 +112,11 @@ def test_mig_devices_are_what_cuda_sees_and_a_launch_is_one_process(driver: Driv
         "NVIDIA H100 80GB HBM3",
     )
     assert machine.cuda_mig and machine.cuda_capability == (8, 0)
-    assert hardware.resolve(LaunchConfig(), machine).num_processes == 1
-    with pytest.raises(ConfigError, match=r"num_processes=2 .* \[1, 1\]"):
+    plan = hardware.resolve(LaunchConfig(), machine)
+    assert plan.describe() == "Launching 1 process on a CUDA MIG device (nccl)"
+    with pytest.raises(ConfigError, match=r"num_processes=2 .* \[1, 1\]") as err:
         hardware.resolve(LaunchConfig(num_processes=2), machine)
+    assert "CUDA MIG, 3 × GPUs (a process sees one MIG device)" in str(err.value)
 
     by_uuid = driver([A100_MIG, plain], "MIG-2222")
     assert by_uuid.cuda_count == 1 and by_uuid.cuda_mig

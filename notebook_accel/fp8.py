@@ -140,6 +140,18 @@ class Fp8Precision(Bf16Precision):
         super().__init__(device_type)
         self.recipe = recipe or AORecipeKwargs()
         _check_hardware(torch.device(device or device_type), self.recipe)
+        # FSDP models that gather their weights in float8: their scales are computed for all
+        # weights in one all-reduce after each optimizer step (torchao's advice, as accelerate).
+        self._gathered_in_float8: list[torch.nn.Module] = []
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        stepped = super().step(optimizer)
+        if self._gathered_in_float8:
+            from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+            for model in self._gathered_in_float8:
+                precompute_float8_dynamic_scale_for_fsdp(model)
+        return stepped
 
     def convert_model(self, model: torch.nn.Module, sharded: bool = False) -> torch.nn.Module:
         """Swap the chosen ``nn.Linear`` layers for torchao's ``Float8Linear`` (in place)."""
@@ -149,6 +161,8 @@ class Fp8Precision(Bf16Precision):
         if any(isinstance(m, Float8Linear) for m in model.modules()):
             return model  # prepared twice: already converted
         keep = self.recipe.module_filter_func or first_and_last_linear_filter(model)
-        return convert_to_float8_training(
-            model, config=self.recipe.float8_config(sharded), module_filter_fn=keep
-        )
+        config = self.recipe.float8_config(sharded)
+        converted = convert_to_float8_training(model, config=config, module_filter_fn=keep)
+        if sharded and config.enable_fsdp_float8_all_gather:
+            self._gathered_in_float8.append(converted)  # sharded in place right after this
+        return converted

@@ -138,3 +138,33 @@ def test_fp8_options_without_fp8_are_refused() -> None:
 
     with pytest.raises(ConfigError, match="'fp8' when kwargs_handlers holds an AORecipeKwargs"):
         Accelerator(mixed_precision="bf16", kwargs_handlers=[AORecipeKwargs()], cpu=True)
+
+
+def _fsdp_fp8() -> tuple[float, float, int]:
+    import torch
+    from torchao.float8 import Float8LinearConfig
+    from torchao.float8.float8_linear import Float8Linear
+
+    from notebook_accel import Accelerator, AORecipeKwargs
+
+    config = Float8LinearConfig(emulate=True, enable_fsdp_float8_all_gather=True)
+    acc = Accelerator(mixed_precision="fp8", fsdp="full", kwargs_handlers=[AORecipeKwargs(config)])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(32, 32) for _ in range(4)))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, opt = acc.prepare(model, opt)
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(acc.process_index))
+    losses = []
+    for _ in range(20):
+        loss = model(x).pow(2).mean()
+        acc.backward(loss)
+        opt.step()  # then the float8 scales of every sharded weight, in one all-reduce
+        opt.zero_grad()
+        losses.append(acc.reduce(loss.detach(), "mean").item())
+    return losses[0], losses[-1], sum(isinstance(m, Float8Linear) for m in model.modules())
+
+
+def test_emulated_fp8_with_fsdp_gathers_in_float8_and_trains() -> None:
+    results = notebook_launcher(_fsdp_fp8, num_processes=2, hardware="cpu")
+    for first, last, converted in results:
+        assert converted == 2 and last < 0.1 * first

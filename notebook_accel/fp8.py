@@ -9,6 +9,7 @@
                                              dimensions are not multiples of 16
       -> forward under bf16 autocast         as accelerate does for fp8 (matmuls in float8,
                                              the rest in bf16); no loss scaling
+      -> step(): with FSDP gathering weights in float8, their scales are precomputed
 
 torch and torchao are imported only when fp8 is used; ``AORecipeKwargs`` itself can be built
 without torchao (its default config is made when the precision needs it).

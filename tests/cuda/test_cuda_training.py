@@ -166,8 +166,17 @@ def test_nccl_collectives_across_two_gpus(two_gpus: int) -> None:
         assert r["objects"] == ["r0", "r1"]
 
 
-def test_fsdp_across_two_gpus_trains_and_gathers_the_full_state(two_gpus: int) -> None:
-    results = notebook_launcher(_train, args=(6, "full"), num_processes=2, mixed_precision="bf16")
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_fsdp_across_two_gpus_trains_and_gathers_the_full_state(
+    two_gpus: int, precision: str, capability: tuple[int, int]
+) -> None:
+    if precision == "fp8":
+        pytest.importorskip("torchao")
+        if capability < (8, 9):
+            pytest.skip(f"compute capability {capability}: no float8 tensor cores")
+    results = notebook_launcher(
+        _train, args=(6, "full"), num_processes=2, mixed_precision=precision
+    )
     for r in results:
         assert r["last"] < 0.5 * r["first"], r
     assert results[0]["full_state"] == [

@@ -8,6 +8,7 @@ holds in a container too (where the driver may report host PIDs).
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ def test_a_launch_from_a_kernel_that_never_used_cuda_leaves_it_without_cuda(
 
 
 def test_launches_after_the_notebook_used_cuda(cells: list[Any]) -> None:
-    _owned, allocated = eval(_result(cells[2]))  # a tuple of two ints
+    _owned, allocated = ast.literal_eval(_result(cells[2]))  # a tuple of two ints
     assert allocated >= 4 * 1024 * 1024
     # Same results, the kernel's own allocations untouched, no worker left. (The NVML part,
     # settle(...), is vacuous where NVML lists no processes: see the next test.)
@@ -116,7 +117,7 @@ def test_launches_after_the_notebook_used_cuda(cells: list[Any]) -> None:
 
 
 def test_nvml_shows_the_kernels_context_and_no_other(cells: list[Any]) -> None:
-    owned, _allocated = eval(_result(cells[2]))
+    owned, _allocated = ast.literal_eval(_result(cells[2]))
     if owned == 0:
         pytest.skip(
             "NVML lists no compute processes on this machine (a sandbox such as gVisor hides "

@@ -2,9 +2,9 @@
 
     Precision            autocast() -> nullcontext, backward = loss.backward(), step = opt.step()
       Bf16Precision      autocast(bfloat16); no scaling needed (bf16 has fp32's exponent range)
+        Fp8Precision     (fp8.py) torchao float8 Linear layers + bf16 autocast; convert_model
       Fp16Precision      autocast(float16) + GradScaler: scaled backward, unscale once per step,
                          a step whose gradients overflowed is skipped and reported
-        Fp8Precision     (fp8.py) torchao float8 Linear layers + bf16 autocast; convert_model
 
 The facade never branches on the precision's name: it asks the object.
 """

@@ -145,6 +145,11 @@ class Fp8Precision(Bf16Precision):
         # weights in one all-reduce after each optimizer step (torchao's advice, as accelerate).
         self._gathered_in_float8: list[torch.nn.Module] = []
 
+    def forget(self) -> None:
+        """Let go of the FSDP models too (:meth:`Accelerator.free_memory`)."""
+        super().forget()
+        self._gathered_in_float8.clear()
+
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         stepped = super().step(optimizer)
         if self._gathered_in_float8:

@@ -5,6 +5,7 @@ forkserver child
   -> fd 1 and fd 2 -> the parent's output pipes (C code's writes are relayed too)
   -> lifeline thread: the parent died -> kill our process group
   -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
+  -> random generators: fresh entropy, or the launch's seed
   -> unpickle the call, run it
   -> Result(value) or Failure(exception) over the channel
 """
@@ -91,6 +92,21 @@ def _cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:
     torch.set_num_threads(max(1, (cores or 1) // worker.local_world_size))
 
 
+def _random_state() -> None:
+    """Fresh generators for each worker of each launch; the launch's seed when one was given.
+
+    Forked workers would all start from the forkserver's generator states (the same dropout
+    masks on every rank, and a re-run cell repeating the last one exactly).
+    """
+    from ..utils_seed import fresh_seeds, set_seed
+
+    seed = env.launch_option("seed")
+    if seed:
+        set_seed(int(seed))  # the same on every rank, as Accelerator() does with it
+    else:
+        fresh_seeds()
+
+
 def _finish_distributed() -> None:
     torch = sys.modules.get("torch")
     if torch is None:
@@ -122,6 +138,7 @@ def main(
     failed = True
     try:
         _cpu_threads(worker, payload.environ)
+        _random_state()
         function, args, kwargs = load(payload)
         value = function(*args, **kwargs)
         try:

@@ -83,11 +83,20 @@ def _watch_lifeline(lifeline: Connection) -> None:
 
 
 def _cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:
-    """Share the cores between the workers instead of each one using all of them."""
-    if worker.device_type != "cpu" or "OMP_NUM_THREADS" in environ:
-        return
+    """Share the cores between the workers instead of each one using all of them.
+
+    ``OMP_NUM_THREADS`` as it is at launch time wins. OpenMP reads the variable once, when the
+    forkserver loaded torch, so a value set in a later cell is applied here by hand instead of
+    restarting the forkserver (which would cost every later launch its warm start).
+    """
     import torch
 
+    wanted = environ.get("OMP_NUM_THREADS", "").strip()
+    if wanted.isdigit() and int(wanted) > 0:
+        torch.set_num_threads(int(wanted))
+        return
+    if worker.device_type != "cpu" or wanted:
+        return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     torch.set_num_threads(max(1, (cores or 1) // worker.local_world_size))
 

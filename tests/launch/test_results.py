@@ -114,3 +114,17 @@ def test_tensors_come_back_by_value() -> None:
 
 def test_sys_exit_zero_is_a_clean_finish() -> None:
     assert debug_launcher(lambda: sys.exit(0), num_processes=2) == [None, None]
+
+
+def test_omp_num_threads_set_after_the_first_launch_applies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def threads() -> int:
+        import torch
+
+        return torch.get_num_threads()
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    debug_launcher(threads, num_processes=2)  # the forkserver runs, its OpenMP set up
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # a later cell sets it
+    assert debug_launcher(threads, num_processes=2) == [3, 3]

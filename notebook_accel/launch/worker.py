@@ -8,6 +8,7 @@ forkserver child
   -> random generators: fresh entropy, or the launch's seed
   -> unpickle the call, run it
   -> Result(value) or Failure(exception) over the channel
+  -> unlink the semaphores it created, os._exit
 """
 
 from __future__ import annotations
@@ -125,6 +126,37 @@ def _finish_distributed() -> None:
         dist.destroy_process_group()
 
 
+def _plain_start_method() -> None:
+    """Give the function the start method a plain process (or torchrun's) has: fork on Linux.
+
+    A forkserver child inherits "forkserver" as its default, so a DataLoader with workers
+    would pickle its dataset (a cell-defined class does not pickle by reference) and start
+    yet another forkserver; and its queues' named semaphores would outlive a killed worker
+    (fork unlinks them at once, so a kill leaks nothing).
+    """
+    import multiprocessing
+
+    if "fork" in multiprocessing.get_all_start_methods():
+        multiprocessing.set_start_method("fork", force=True)
+
+
+def _release_semaphores() -> None:
+    """Unlink the named semaphores this worker created, as a normal interpreter exit would.
+
+    The worker leaves with ``os._exit``, which skips multiprocessing's finalizers; a semaphore
+    still referenced then (tqdm keeps a multiprocessing lock on its class) stays registered with
+    the resource tracker, which prints "leaked semaphore objects" when the notebook exits.
+    Only semaphore finalizers run here: others (pools, queues) could block the exit.
+    """
+    from multiprocessing import synchronize, util
+
+    registry = getattr(util, "_finalizer_registry", {})
+    for finalizer in list(registry.values()):
+        if getattr(finalizer, "_callback", None) is synchronize.SemLock._cleanup:
+            with contextlib.suppress(Exception):
+                finalizer()
+
+
 def main(
     worker: env.WorkerEnv,
     payload: Payload,
@@ -139,6 +171,7 @@ def main(
     _redirect(err_w, 2)
     _line_buffered_stdio()
     _watch_lifeline(lifeline)
+    _plain_start_method()
     env.install(payload.environ, worker)
     sender = Sender(conn)
     from .. import progress
@@ -177,6 +210,8 @@ def main(
         # The result goes last, after every line this rank printed has reached its pipe.
         sender.send(Result(blob))
     conn.close()
+    with contextlib.suppress(Exception):
+        _release_semaphores()
     # Leave now. multiprocessing's own exit would wait for any non-daemon thread the function
     # left running (a hang) and join its child processes; the parent stops this process
     # group, so whatever the function started goes with it.

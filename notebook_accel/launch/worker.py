@@ -152,7 +152,7 @@ def _release_semaphores() -> None:
 
     registry = getattr(util, "_finalizer_registry", {})
     for finalizer in list(registry.values()):
-        if getattr(finalizer, "_callback", None) is synchronize.SemLock._cleanup:
+        if getattr(finalizer, "_callback", None) is getattr(synchronize.SemLock, "_cleanup", 0):
             with contextlib.suppress(Exception):
                 finalizer()
 

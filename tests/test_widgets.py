@@ -68,6 +68,7 @@ def test_launch_shows_results_ranks_and_saves_choices() -> None:
     panel = LaunchPanel(square, args=(7,), machine=CPU2)
     panel.seed.value = "3"
     panel.accumulation.value = 2
+    panel.save_default.value = True
     panel.launch_button.click()
     assert panel.wait(timeout=60)
     assert panel.results == [49, 49] and panel.error is None
@@ -79,6 +80,15 @@ def test_launch_shows_results_ranks_and_saves_choices() -> None:
     assert saved["gradient_accumulation_steps"] == 2
     # The next panel starts from the saved choices.
     assert LaunchPanel(square, machine=CPU2).seed.value == "3"
+
+
+def test_a_launch_saves_nothing_unless_asked() -> None:
+    panel = LaunchPanel(square, args=(3,), machine=CPU2)
+    panel.seed.value = "4"
+    panel.launch_button.click()
+    assert panel.wait(timeout=60) and panel.results == [9, 9]
+    assert not env.config_file().exists()  # trying a seed does not change later launches
+    assert LaunchPanel(square, machine=CPU2).seed.value == ""
 
 
 def test_stop_ends_every_worker_and_the_next_launch_works() -> None:

@@ -116,7 +116,8 @@ def launch(
     if plan.backend != "xla":
         warm_up(config.start_method)
     display = display or Display(output=config.output)
-    display.banner(plan.describe(config.num_nodes))
+    note = config.file_note()
+    display.banner(plan.describe(config.num_nodes) + (f"\n{note}" if note else ""))
     attempt = 0
     # timeout= bounds the whole launch, restarts included (not each attempt).
     deadline = None if config.timeout is None else time.monotonic() + config.timeout
@@ -164,7 +165,7 @@ def notebook_launcher(
     output: str | None = None,
     timeout: float | None = None,
     gradient_accumulation_steps: int | None = None,
-    seed: int | None = None,
+    seed: int | bool | None = None,
     num_nodes: int | None = None,
     node_rank: int | None = None,
     master_addr: str | None = None,
@@ -193,7 +194,8 @@ def notebook_launcher(
         timeout: seconds after which the launch is stopped with LaunchTimeoutError; the
             whole launch, restarts included (each restart gets what is left).
         gradient_accumulation_steps: default for ``Accelerator()`` in the workers.
-        seed: default seed for ``Accelerator()`` in the workers.
+        seed: seed python's ``random``, numpy and torch in every worker (and the default
+            for ``Accelerator()`` there); ``False`` clears a seed saved in the config file.
         num_nodes, node_rank, master_addr, master_port: run the same cell on several
             machines; they meet at ``master_addr:master_port`` (machine 0).
         use_port: HF accelerate's name for ``master_port``.
@@ -201,7 +203,11 @@ def notebook_launcher(
         start_method: ``"auto"`` (forkserver, else spawn), ``"forkserver"`` or ``"spawn"``.
         fsdp: shard models with FSDP in ``Accelerator.prepare``: a strategy name
             (``"full"``, ``"grad_op"``, ``"no_shard"``, ``"hybrid"``), a dict of
-            :class:`~notebook_accel.FsdpConfig` fields, or an FsdpConfig.
+            :class:`~notebook_accel.FsdpConfig` fields, or an FsdpConfig; ``False`` (or
+            ``"no"``) clears an FSDP choice saved in the config file.
+
+    Arguments left at ``None`` take the config file's value (written by the panel's "Save as
+    default" or ``notebook-accel config``); the banner names each value that came from it.
 
     Returns:
         The list of every rank's return value on this machine, in rank order.

@@ -163,9 +163,10 @@ class Accelerator:
         self.state = ProcessState.from_environment(cpu=cpu, group_options=group_options)
         self._processes = PartialState.of(self.state)
         self._sharder = fsdp_config and fsdp_.Sharder(fsdp_config, self.state)
-        self.precision = make_precision(
-            precision, self.state.device.type, self._handler_kwargs(GradScalerKwargs)
-        )
+        # An XLA job's precision (graph cut per step, gradients averaged across device threads)
+        # follows the job's backend, whatever device object torch_xla hands out.
+        kind = "xla" if self.state.backend == "xla" else self.state.device.type
+        self.precision = make_precision(precision, kind, self._handler_kwargs(GradScalerKwargs))
         self.gradient_state = GradientState(accumulation_steps=steps)
         self.device_placement = device_placement
         self.ddp_kwargs = {**ddp_options, **(ddp_kwargs or {})}
@@ -315,7 +316,8 @@ class Accelerator:
             model = self._sharder.shard(model)
             for opt in self._objects.optimizer:  # optimizers prepared before their model
                 self._sharder.repoint(opt.optimizer)
-        elif self.num_processes > 1 and any(p.requires_grad for p in model.parameters()):
+        elif self.state.has_group and any(p.requires_grad for p in model.parameters()):
+            # Without a group (XLA devices as threads) the optimizer step averages gradients.
             ids = [self.device.index] if self.device.type == "cuda" else None
             model = DistributedDataParallel(model, device_ids=ids, **self.ddp_kwargs)
             ddp_handler = self._handler(DistributedDataParallelKwargs)

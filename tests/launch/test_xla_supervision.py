@@ -88,8 +88,10 @@ def _train_on_device_threads() -> dict[str, Any]:
     from notebook_accel import Accelerator
 
     acc = Accelerator()
-    torch.manual_seed(0)  # the same initial weights on both devices
     model = torch.nn.Linear(2, 1)
+    with torch.no_grad():  # the same initial weights on both devices (threads share the RNG)
+        model.weight.fill_(0.1)
+        model.bias.fill_(0.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = TensorDataset(torch.arange(16.0).view(8, 2), torch.ones(8, 1))
     model, opt, loader = acc.prepare(model, opt, DataLoader(data, batch_size=2, shuffle=True))

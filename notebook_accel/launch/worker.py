@@ -123,6 +123,10 @@ def _finish_distributed() -> None:
         return
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
+        # Leave together: init_process_group can return on one rank while a peer is still
+        # completing its gloo handshakes, and a rank that exits then closes its sockets under
+        # that peer ("Gloo connectFullMesh failed ... Connection closed by peer").
+        dist.barrier()
         dist.destroy_process_group()
 
 

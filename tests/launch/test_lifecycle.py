@@ -166,3 +166,18 @@ def test_what_a_successful_worker_started_is_stopped_too() -> None:
     assert debug_launcher(leave_things_running, num_processes=2) == [1, 1]
     assert time.monotonic() - start < 100  # not held up by what they left (120 s sleeps)
     assert worker_processes() == []
+
+
+def _init_only() -> int:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    return dist.get_rank()
+
+
+def test_ranks_that_only_join_the_group_leave_together() -> None:
+    # A rank that returned right after init_process_group used to exit while its peer was
+    # still finishing gloo's handshakes: "connectFullMesh failed ... Connection closed by
+    # peer" in about one launch in ten on a busy machine.
+    for _ in range(20):
+        assert debug_launcher(_init_only, num_processes=2, output="none") == [0, 1]

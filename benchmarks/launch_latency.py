@@ -6,10 +6,18 @@ all-reduces one tensor and returns. Measured: the first launch, then the median 
 launches in the same process.
 
     python benchmarks/launch_latency.py            # needs `pip install accelerate`
+    python benchmarks/launch_latency.py --num-processes 16 --breakdown
+
+``--breakdown`` (ours only) splits a launch with 16 processes into: when the last worker
+entered the function, and how long the process group took after that (the rendezvous
+proper), once with our store (hosted by the notebook process, torchrun-agent style) and once
+with rank 0 hosting it (torch's plain env:// way): the comparison says whether our hosting
+costs anything.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -22,6 +30,7 @@ WARM = 10
 _CHILD = """
 import json, statistics, sys, time
 import torch  # the notebook imported torch already
+N = int(sys.argv[3])
 
 def work():
     import torch, torch.distributed as dist
@@ -40,20 +49,66 @@ which = sys.argv[1]
 if which == "ours":
     def launch():
         from notebook_accel import notebook_launcher
-        assert notebook_launcher(work, num_processes=2, hardware="cpu", output="none") == [2.0, 2.0]
+        assert notebook_launcher(work, num_processes=N, hardware="cpu", output="none") == [N] * N
 else:
     def launch():
         from accelerate import notebook_launcher
-        notebook_launcher(work, num_processes=2)  # returns None: nothing to check here
+        notebook_launcher(work, num_processes=N)  # returns None: nothing to check here
 first = timed(launch)
 warm = [timed(launch) for _ in range(int(sys.argv[2]))]
 print(json.dumps({"first": first, "warm": warm}))
 """
 
 
-def measure(which: str) -> dict[str, float]:
+_BREAKDOWN = """
+import socket, statistics, sys, time
+from notebook_accel import notebook_launcher
+
+def work(t0, own_store, port):
+    import os, time
+    import torch, torch.distributed as dist
+    entered = time.time()
+    if own_store:  # rank 0 hosts the store, as a bare env:// launch does
+        os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
+        os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    done = time.time()
+    dist.destroy_process_group()
+    return entered - t0, done - t0
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+n, reps = int(sys.argv[1]), int(sys.argv[2])
+notebook_launcher(lambda: 1, num_processes=n, hardware="cpu", output="none")  # warm
+for label, own in (("store in the notebook", False), ("store in rank 0", True)):
+    last, group = [], []
+    for _ in range(reps):
+        t0 = time.time()
+        res = notebook_launcher(work, args=(t0, own, free_port()), num_processes=n,
+                                hardware="cpu", output="none")
+        last.append(max(r[0] for r in res))
+        group.append(max(r[1] for r in res) - last[-1])
+    last_ms, group_ms = statistics.median(last) * 1000, statistics.median(group) * 1000
+    print(f"{label:24}{last_ms:14.0f}{group_ms:18.0f}")
+"""
+
+
+def breakdown(num_processes: int) -> None:
+    print(f"{num_processes} CPU processes, median of {WARM} warm launches (ms):")
+    print(f"{'':24}{'last worker in':>14}{'group ready after':>18}")
+    subprocess.run(
+        [sys.executable, "-c", _BREAKDOWN, str(num_processes), str(WARM)], cwd=ROOT, check=True
+    )
+
+
+def measure(which: str, num_processes: int) -> dict[str, float]:
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, which, str(WARM)],
+        [sys.executable, "-c", _CHILD, which, str(WARM), str(num_processes)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -66,13 +121,23 @@ def measure(which: str) -> dict[str, float]:
 
 
 def main() -> None:
-    ours = measure("ours")
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--num-processes", type=int, default=2)
+    parser.add_argument("--breakdown", action="store_true")
+    options = parser.parse_args()
+    if options.breakdown:
+        breakdown(options.num_processes)
+        return
+    ours = measure("ours", options.num_processes)
     try:
-        theirs: dict[str, float] | None = measure("accelerate")
+        theirs: dict[str, float] | None = measure("accelerate", options.num_processes)
     except (RuntimeError, ImportError) as exc:
         print(f"accelerate not measured: {exc}", file=sys.stderr)
         theirs = None
-    print(f"launch latency, 2 CPU processes, init_process_group + all_reduce; median of {WARM}")
+    print(
+        f"launch latency, {options.num_processes} CPU processes, init_process_group + "
+        f"all_reduce; median of {WARM}"
+    )
     print(f"{'':24}{'notebook_accel':>16}{'accelerate':>14}{'ratio':>9}")
     for key, label in (("first", "first launch (s)"), ("warm", "warm launch (s)")):
         other = theirs[key] if theirs else float("nan")

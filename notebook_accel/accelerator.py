@@ -165,9 +165,12 @@ class Accelerator:
         self.state = ProcessState.from_environment(cpu=cpu, group_options=group_options)
         self._processes = PartialState.of(self.state)
         self._sharder = fsdp_config and fsdp_.Sharder(fsdp_config, self.state)
+        # An XLA job's precision (graph cut per step, gradients averaged across device threads)
+        # follows the job's backend, whatever device object torch_xla hands out.
+        kind = "xla" if self.state.backend == "xla" else self.state.device.type
         self.precision = make_precision(
             precision,
-            self.state.device.type,
+            kind,
             self._handler_kwargs(GradScalerKwargs),
             self._fp8_recipe(),
             self.state.device,
@@ -327,7 +330,8 @@ class Accelerator:
             model = self._sharder.shard(model)
             for opt in self._objects.optimizer:  # optimizers prepared before their model
                 self._sharder.repoint(opt.optimizer)
-        elif self.num_processes > 1 and any(p.requires_grad for p in model.parameters()):
+        elif self.state.has_group and any(p.requires_grad for p in model.parameters()):
+            # Without a group (XLA devices as threads) the optimizer step averages gradients.
             ids = [self.device.index] if self.device.type == "cuda" else None
             model = DistributedDataParallel(model, device_ids=ids, **self.ddp_kwargs)
             ddp_handler = self._handler(DistributedDataParallelKwargs)

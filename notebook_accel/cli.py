@@ -6,6 +6,7 @@ notebook-accel launch [options] script.py [script args]
               (same rank-prefixed output, same errors); exit code 0, or 1 on failure
   N machines: torch.distributed.run with c10d rendezvous (launch/elastic.py)
 notebook-accel config [--default]   questions in the terminal -> the config file
+notebook-accel config --reset       delete the config file (built-in defaults again)
 notebook-accel env                  versions and hardware, for bug reports
 """
 
@@ -18,7 +19,15 @@ from pathlib import Path
 from typing import Any, get_args
 
 from . import env, hardware
-from .config import Hardware, LaunchConfig, MixedPrecision, OutputMode, load_file, save_file
+from .config import (
+    Hardware,
+    LaunchConfig,
+    MixedPrecision,
+    OutputMode,
+    load_file,
+    reset_file,
+    save_file,
+)
 from .errors import ConfigError, NotebookAccelError, RemoteTraceback
 
 __all__ = ["main", "build_parser"]
@@ -104,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         "config", help="answer a few questions; writes the config file", allow_abbrev=False
     )
     c.add_argument("--default", action="store_true", help="write defaults without asking")
+    c.add_argument(
+        "--reset", action="store_true", help="delete the file: launches use built-in defaults"
+    )
     _add(c, "config_file", type=Path, metavar="PATH", help="where to write")
     c.set_defaults(handler=_config)
     e = sub.add_parser("env", help="print versions and hardware, for bug reports")
@@ -141,12 +153,8 @@ def _cli_message(exc: ConfigError) -> str:
 
 # -- launch ---------------------------------------------------------------------------------
 def _config_from(args: argparse.Namespace) -> LaunchConfig:
-    values = dict(load_file(args.config_file))
-    for option, field in _OPTIONS.items():
-        value = getattr(args, option)
-        if value is not None:
-            values[field] = value
-    return LaunchConfig(**values)
+    given = {field: getattr(args, option) for option, field in _OPTIONS.items()}
+    return LaunchConfig.from_defaults(args.config_file, **given)
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -205,6 +213,9 @@ def _report(exc: BaseException) -> None:
 def _config(args: argparse.Namespace) -> int:
     from .cli_questions import ask_config
 
+    if args.reset:
+        print(f"Removed {reset_file(args.config_file)}")
+        return 0
     machine = hardware.detect()
     if args.default:
         kind = hardware.kinds(machine)[0]

@@ -161,8 +161,11 @@ def gather_object(obj: Any) -> list[Any]:
     """
     if _world() == 1:
         return list(obj) if isinstance(obj, list | tuple) else [obj]
-    out: list[Any] = [None] * _world()
-    dist.all_gather_object(out, obj)
+    if dist.is_initialized():
+        out: list[Any] = [None] * _world()
+        dist.all_gather_object(out, obj)
+    else:
+        out = _xla_objects(obj)
     if all(isinstance(o, list | tuple) for o in out):
         return [item for part in out for item in part]
     return out
@@ -202,6 +205,8 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
 
     def one(tensor: torch.Tensor) -> torch.Tensor:
         out = tensor.clone().contiguous()
+        if not dist.is_initialized():
+            return _xla_objects(out.cpu())[from_process].to(out.device)
         dist.broadcast(out, src=from_process)
         return out
 
@@ -210,9 +215,24 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
 
 def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
     """Replace ``objects``' items in place by ``from_process``'s, and return the list."""
-    if _world() > 1:
+    if _world() > 1 and not dist.is_initialized():
+        objects[:] = _xla_objects(list(objects))[from_process]
+    elif _world() > 1:
         dist.broadcast_object_list(objects, src=from_process)
     return objects
+
+
+def _xla_objects(obj: Any) -> list[Any]:
+    """Every device's ``obj``, in ordinal order, through torch_xla's rendezvous.
+
+    For XLA devices driven by threads of one process, which have no torch.distributed group.
+    """
+    import pickle
+
+    import torch_xla.core.xla_model as xm
+
+    payloads = xm.rendezvous("notebook_accel.objects", pickle.dumps(obj))
+    return [pickle.loads(payload) for payload in payloads]
 
 
 def pad_across_processes(

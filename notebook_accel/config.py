@@ -25,6 +25,7 @@ __all__ = [
     "LaunchConfig",
     "load_file",
     "save_file",
+    "reset_file",
 ]
 
 Hardware = Literal["auto", "cpu", "cuda", "tpu", "mps"]
@@ -96,8 +97,16 @@ class LaunchConfig:
     # ("full", "grad_op", "no_shard", "hybrid"), a dict of FsdpConfig fields or an FsdpConfig;
     # normalised to an FsdpConfig (or None) on construction.
     fsdp: Any = None
+    # The fields whose value came from the config file (not the call), for the launch banner.
+    from_file: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    file_path: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        # "Off" spellings that also override a saved choice (None means "take the file's").
+        if self.seed is False:
+            object.__setattr__(self, "seed", None)
+        if self.fsdp is False or (isinstance(self.fsdp, str) and self.fsdp in ("no", "")):
+            object.__setattr__(self, "fsdp", None)
         _check_int("num_processes", self.num_processes, 1, optional=True)
         _check_literal("hardware", self.hardware, Hardware)
         _check_literal("mixed_precision", self.mixed_precision, MixedPrecision)
@@ -162,16 +171,47 @@ class LaunchConfig:
         return values
 
     @classmethod
-    def from_defaults(cls, **given: Any) -> LaunchConfig:
+    def from_defaults(cls, path: Path | None = None, **given: Any) -> LaunchConfig:
         """Built-in defaults, overridden by the config file, overridden by ``given``.
 
-        Arguments passed as ``None`` count as not given, except ``timeout`` and ``seed``
-        where ``None`` is a real choice only if the file does not say otherwise.
+        Arguments passed as ``None`` count as not given (the file's value, if any, is used).
+        ``seed=False`` and ``fsdp=False`` (or ``"no"``) clear a seed or FSDP choice the file
+        holds. ``from_file`` names the values that the file decided and that differ from the
+        built-in defaults.
         """
-        values: dict[str, Any] = dict(load_file())
+        path = path or env.config_file()
+        saved = load_file(path)
+        values: dict[str, Any] = dict(saved)
         values.update({k: v for k, v in given.items() if v is not None})
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+        defaults = {f.name: f.default for f in fields(cls)}
+        decided = tuple(
+            k for k, v in saved.items() if k in known and given.get(k) is None and v != defaults[k]
+        )
+        chosen = {k: v for k, v in values.items() if k in known}
+        return cls(**chosen, from_file=decided, file_path=str(path))
+
+    def file_note(self) -> str:
+        """One line for the launch banner: which values came from the config file, if any.
+
+        Example:
+            >>> LaunchConfig(seed=3, from_file=("seed",)).file_note()  # doctest: +ELLIPSIS
+            'From the config file ...: seed=3 ...'
+        """
+        if not self.from_file:
+            return ""
+        shown = []
+        for key in self.from_file:
+            value = getattr(self, key)
+            if key == "fsdp" and value is not None:
+                value = value.sharding_strategy
+            shown.append(f"{key}={value!r}")
+        return (
+            f"From the config file {self.file_path}: {', '.join(shown)} (an argument "
+            "overrides each; seed=False or fsdp=False clears a saved one; "
+            "notebook_accel.config.reset_file() or `notebook-accel config --reset` "
+            "empties the file)"
+        )
 
 
 def load_file(path: Path | None = None) -> dict[str, Any]:
@@ -216,4 +256,17 @@ def save_file(config: LaunchConfig, path: Path | None = None) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def reset_file(path: Path | None = None) -> Path:
+    """Delete the config file: later launches use the built-in defaults again.
+
+    Example:
+        >>> from notebook_accel.config import reset_file
+        >>> reset_file()  # doctest: +SKIP
+        PosixPath('/home/me/.config/notebook_accel/config.json')
+    """
+    path = path or env.config_file()
+    path.unlink(missing_ok=True)
     return path

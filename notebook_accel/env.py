@@ -16,8 +16,12 @@ forkserver started), so a variable set in a cell just before a launch reaches th
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator, Mapping
+import re
+import socket
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +39,8 @@ __all__ = [
     "config_file",
     "launch_variables",
     "child_environ",
+    "loopback_interface",
+    "slurm_tasks_on_node",
 ]
 
 _PREFIX = "NOTEBOOK_ACCEL_"
@@ -76,8 +82,7 @@ class WorkerEnv:
             out["TORCHELASTIC_USE_AGENT_STORE"] = "True"
         if self.loopback:
             # Keep gloo's and NCCL's bootstrap sockets on loopback for single-machine launches.
-            out["GLOO_SOCKET_IFNAME"] = "lo"
-            out["NCCL_SOCKET_IFNAME"] = "lo"
+            out["GLOO_SOCKET_IFNAME"] = out["NCCL_SOCKET_IFNAME"] = loopback_interface()
         out.update(dict(self.extra))
         return out
 
@@ -93,6 +98,50 @@ class DistributedEnv:
     master_addr: str | None
     master_port: int | None
     launched_by_us: bool
+
+
+@functools.cache
+def _interface_names() -> tuple[str, ...]:
+    try:
+        return tuple(name for _, name in socket.if_nameindex())
+    except OSError:
+        return ()
+
+
+def loopback_interface(names: Iterable[str] | None = None, platform: str = sys.platform) -> str:
+    """The loopback interface's name: ``lo`` on Linux, ``lo0`` on macOS and the BSDs.
+
+    Args:
+        names: the interfaces to choose from (default: this machine's).
+        platform: ``sys.platform``, used when no interface is called either name.
+
+    Example:
+        >>> loopback_interface(["lo0", "en0"])
+        'lo0'
+    """
+    present = set(_interface_names() if names is None else names)
+    for name in ("lo", "lo0"):
+        if name in present:
+            return name
+    return "lo" if platform.startswith("linux") else "lo0"
+
+
+def slurm_tasks_on_node(value: str, node_id: int = 0) -> int:
+    """The task count of node ``node_id`` in SLURM's compressed list, e.g. ``"4(x2),1"``.
+
+    SLURM writes runs of equal counts as ``count(xrepeat)``; ``int()`` cannot read that.
+
+    Example:
+        >>> slurm_tasks_on_node("4(x2),1", node_id=2)
+        1
+    """
+    counts: list[int] = []
+    for part in value.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*(?:\(x(\d+)\))?\s*", part)
+        if match is None:
+            raise ValueError(f"not a SLURM task list: {value!r}")
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    return counts[node_id] if 0 <= node_id < len(counts) else counts[0]
 
 
 def snapshot() -> dict[str, str]:
@@ -127,7 +176,11 @@ def read_distributed() -> DistributedEnv:
         rank = _int("SLURM_PROCID")
         world = _int("SLURM_NTASKS")
         local_rank = _int("SLURM_LOCALID")
-        local_world = _int("SLURM_NTASKS_PER_NODE")
+        # SLURM_TASKS_PER_NODE (always set) and SLURM_NTASKS_PER_NODE may be compressed lists.
+        per_node = (
+            os.environ.get("SLURM_NTASKS_PER_NODE") or os.environ.get("SLURM_TASKS_PER_NODE") or ""
+        ).strip()
+        local_world = slurm_tasks_on_node(per_node, _int("SLURM_NODEID") or 0) if per_node else None
     rank = rank or 0
     world = world or 1
     port = _int("MASTER_PORT")

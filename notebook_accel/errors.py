@@ -17,7 +17,7 @@ __all__ = [
 ]
 
 # What a death by signal usually means, for the message a user reads in the cell.
-_SIGNAL_HINTS = {
+_SIGNAL_HINTS: dict[int, str] = {
     signal.SIGKILL: "often the out-of-memory killer; check memory use or lower the batch size",
     signal.SIGSEGV: "a segmentation fault in native code (a C/C++ extension, CUDA or a driver)",
     signal.SIGABRT: "an abort in native code, often a failed C++ assertion or a NCCL error",
@@ -26,6 +26,17 @@ _SIGNAL_HINTS = {
     signal.SIGFPE: "a floating-point exception in native code",
     signal.SIGILL: "an illegal instruction: a binary built for another CPU",
 }
+
+
+def _signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; real-time signals, which ``signal.Signals`` lacks, as ``SIGRTMIN+2``."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        low, high = getattr(signal, "SIGRTMIN", None), getattr(signal, "SIGRTMAX", None)
+        if low is not None and high is not None and low <= number <= high:
+            return f"SIGRTMIN+{number - low}"
+        return f"signal {number}"
 
 
 class NotebookAccelError(Exception):
@@ -95,10 +106,9 @@ class WorkerDiedError(NotebookAccelError, RuntimeError):
         self.exitcode = exitcode
         self.signal_name: str | None = None
         if exitcode < 0:
-            sig = signal.Signals(-exitcode)
-            self.signal_name = sig.name
-            hint = _SIGNAL_HINTS.get(sig, "a signal sent to the worker")
-            message = f"rank {rank} was killed by {sig.name} ({hint})."
+            self.signal_name = _signal_name(-exitcode)
+            hint = _SIGNAL_HINTS.get(-exitcode, "a signal sent to the worker")
+            message = f"rank {rank} was killed by {self.signal_name} ({hint})."
         else:
             message = (
                 f"rank {rank} exited with code {exitcode} without raising a Python exception "

@@ -151,10 +151,23 @@ class ProcessState:
         """True on local rank 0 of each machine."""
         return self.local_rank == 0
 
+    @property
+    def has_group(self) -> bool:
+        """Whether a torch.distributed process group joins the ranks.
+
+        Not where one process drives several XLA devices from threads (TPU v2/v3, torch_xla's
+        CPU runtime): there the ranks meet through torch_xla's own collectives.
+        """
+        return self.world_size > 1 and dist.is_available() and dist.is_initialized()
+
     def barrier(self) -> None:
         """Wait until every process gets here (a no-op in a single process)."""
-        if self.world_size > 1:
+        if self.has_group:
             dist.barrier()
+        elif self.world_size > 1:
+            import torch_xla.core.xla_model as xm
+
+            xm.rendezvous("notebook_accel.barrier")
 
 
 def _xla_job() -> env.DistributedEnv:

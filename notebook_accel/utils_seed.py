@@ -6,13 +6,14 @@ Checkpoints save and restore the generators' states in accelerate's format
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["set_seed", "RNG_TYPES", "synchronize_rng_states"]
+__all__ = ["set_seed", "fresh_seeds", "RNG_TYPES", "synchronize_rng_states"]
 
 
 def set_seed(seed: int, device_specific: bool = False) -> None:
@@ -36,6 +37,18 @@ def set_seed(seed: int, device_specific: bool = False) -> None:
     # numpy only takes 32-bit seeds.
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device, lazily
+
+
+def fresh_seeds() -> None:
+    """Seed python's ``random``, numpy and torch from the operating system's entropy.
+
+    A launch's workers are forked from one forkserver and would otherwise all start from its
+    generator states: the same ``torch.rand`` on every rank and in every launch. torchrun's
+    processes start fresh; so do ours, unless a seed was asked for.
+    """
+    random.seed(int.from_bytes(os.urandom(8), "little"))
+    np.random.seed(int.from_bytes(os.urandom(4), "little"))
+    torch.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)  # torch takes < 2**63
 
 
 # accelerate's rng_types: "generator" is the shuffle's own generator (ours is always seeded

@@ -1,7 +1,7 @@
 """LaunchPanel: pick hardware, processes and precision in the notebook, launch, watch, stop.
 
-    controls (hardware, processes, precision,    --> LaunchConfig (validated) --> config file
-              accumulation steps, seed)
+    controls (hardware, processes, precision,    --> LaunchConfig (validated)
+              accumulation steps, seed)              --> config file, only with "Save as default"
     Launch  --> background thread: launch(function, args, config, display=_PanelDisplay,
                                           stop=event)
                   banner / lines / progress  -->  rank rows, log, bars in the panel
@@ -34,6 +34,14 @@ from .launch.display import Bar, Display
 
 __all__ = ["LaunchPanel"]
 
+_PANEL_FIELDS = (
+    "hardware",
+    "num_processes",
+    "mixed_precision",
+    "gradient_accumulation_steps",
+    "seed",
+    "fsdp",
+)
 _LOG_LINES = 400  # the panel keeps the last lines of output; the rest scrolls away
 
 
@@ -42,8 +50,9 @@ class LaunchPanel(w.VBox):
 
     Its controls (``hardware``, ``processes``, ``precision``, ``accumulation``, ``seed``)
     offer only what this machine has; ``launch_button`` runs
-    ``notebook_launcher``'s launch with them, ``stop_button`` stops every worker. The choices
-    are saved to the config file that ``notebook_launcher`` reads for its defaults.
+    ``notebook_launcher``'s launch with them, ``stop_button`` stops every worker. The panel
+    starts from the config file's choices; it writes them back (as the defaults that
+    ``notebook_launcher`` and the command line read) only when ``save_default`` is ticked.
 
     Args:
         function: the function to run in every worker.
@@ -115,6 +124,10 @@ class LaunchPanel(w.VBox):
             ],
         )
         self.seed = w.Text(description="Seed", placeholder="none", style=style)
+        # Saving is opt-in: a launch to try something must not change later launches' defaults.
+        self.save_default = w.Checkbox(
+            description="Save as default for later launches", value=False, indent=False
+        )
         self.launch_button = w.Button(description="Launch", button_style="success", icon="play")
         self.stop_button = w.Button(
             description="Stop", button_style="danger", icon="stop", disabled=True
@@ -159,6 +172,8 @@ class LaunchPanel(w.VBox):
             warnings.simplefilter("ignore")  # a broken file was reported when the panel opened
             base = LaunchConfig.from_defaults()
         return base.replace(
+            # The panel's own controls decide these, whatever the file said.
+            from_file=tuple(k for k in base.from_file if k not in _PANEL_FIELDS),
             hardware=self.hardware.value,
             num_processes=self.processes.value,
             mixed_precision=self.precision.value,
@@ -174,7 +189,7 @@ class LaunchPanel(w.VBox):
         return self._thread is not None and self._thread.is_alive()
 
     def launch(self) -> None:
-        """What the Launch button does: validate, save the choices, start in the background."""
+        """What the Launch button does: validate, save if asked, start in the background."""
         if self.running:
             return
         try:
@@ -184,10 +199,11 @@ class LaunchPanel(w.VBox):
             self._say(str(exc), warn=True)
             return
         note = ""
-        try:
-            save_file(config)
-        except OSError as exc:
-            note = f" (the choices could not be saved: {exc})"
+        if self.save_default.value:
+            try:
+                note = f" (saved as the default in {save_file(config)})"
+            except OSError as exc:
+                note = f" (the choices could not be saved: {exc})"
         self.results, self.error = None, None
         self._stop.clear()
         self.outcome.value = ""
@@ -239,6 +255,7 @@ class LaunchPanel(w.VBox):
             self.accumulation,
             self.sharding,
             self.seed,
+            self.save_default,
         )
 
     def _set_running(self, running: bool) -> None:

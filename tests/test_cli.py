@@ -106,6 +106,13 @@ def test_config_default_then_launch_uses_the_written_file(script: Path, config: 
     assert "[rank 1] world=2 sum=3 args=[] mp=bf16" in done.stdout
 
 
+def test_config_reset_deletes_the_file(config: Path) -> None:
+    config.write_text(json.dumps({"seed": 3}))
+    done = cli("config", "--reset", config=config)
+    assert done.returncode == 0, done.stderr
+    assert f"Removed {config}" in done.stdout and not config.exists()
+
+
 def test_config_questions_write_the_answers(script: Path, config: Path) -> None:
     # hardware, processes (one wrong answer first), precision, machines
     done = cli("config", config=config, stdin="cpu\n0\n3\nbf16\n1\n")

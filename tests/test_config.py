@@ -54,3 +54,49 @@ def test_validation_messages() -> None:
         LaunchConfig(num_nodes=2)
     with pytest.raises(ConfigError, match="seed=-1"):
         LaunchConfig(seed=-1)
+
+
+def _seed_and_fsdp() -> tuple[str | None, str | None]:
+    from notebook_accel import env
+
+    return env.launch_option("seed"), env.launch_option("fsdp")
+
+
+def test_the_banner_names_what_came_from_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    save_file(LaunchConfig(num_processes=2, hardware="cpu", seed=5))
+    notebook_launcher(lambda: 1)
+    out = capsys.readouterr().out
+    assert "Launching 2 processes on CPU (gloo)\n" in out
+    note = next(line for line in out.splitlines() if line.startswith("From the config file"))
+    assert str(_config_path()) in note
+    assert "num_processes=2" in note and "seed=5" in note and "hardware='cpu'" in note
+    assert "mixed_precision" not in note  # the file's "no" is the built-in default anyway
+    notebook_launcher(lambda: 1, num_processes=2, hardware="cpu", seed=1)
+    assert "From the config file" not in capsys.readouterr().out  # the call decided all
+
+
+def test_seed_false_and_fsdp_false_clear_saved_choices() -> None:
+    save_file(LaunchConfig(num_processes=2, hardware="cpu", seed=5, fsdp="full"))
+    config = LaunchConfig.from_defaults()
+    assert config.seed == 5 and config.fsdp is not None
+    assert notebook_launcher(_seed_and_fsdp, seed=False, fsdp=False) == [(None, None)] * 2
+    cleared = LaunchConfig.from_defaults(seed=False, fsdp="no")
+    assert (
+        cleared.seed is None
+        and cleared.fsdp is None
+        and cleared.from_file
+        == (
+            "hardware",
+            "num_processes",
+        )
+    )
+    assert notebook_launcher(_seed_and_fsdp, fsdp=False) == [("5", None)] * 2
+
+
+def test_reset_file_gives_the_built_in_defaults_back() -> None:
+    from notebook_accel.config import reset_file
+
+    save_file(LaunchConfig(num_processes=3, seed=5))
+    assert reset_file() == _config_path() and not _config_path().exists()
+    assert LaunchConfig.from_defaults() == LaunchConfig()
+    reset_file()  # no file: nothing to do

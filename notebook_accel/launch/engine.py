@@ -43,7 +43,13 @@ from .payload import Payload, annotate_traceback
 
 __all__ = ["Engine", "Layout", "context", "warm_up"]
 
-_PRELOAD = ["torch", "torch.distributed", "notebook_accel.launch.worker", "notebook_accel.progress"]
+_PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "notebook_accel.launch.worker",
+    "notebook_accel.progress",
+    "notebook_accel.utils_seed",
+]
 _TICK = 0.25  # seconds between checks when nothing arrives
 _DRAIN = 1.0  # seconds to wait for output after a worker ended
 _EXIT_GRACE = 5.0  # seconds a worker that returned its result gets to exit by itself

@@ -5,8 +5,10 @@ forkserver child
   -> fd 1 and fd 2 -> the parent's output pipes (C code's writes are relayed too)
   -> lifeline thread: the parent died -> kill our process group
   -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
+  -> random generators: fresh entropy, or the launch's seed
   -> unpickle the call, run it
   -> Result(value) or Failure(exception) over the channel
+  -> unlink the semaphores it created, os._exit
 """
 
 from __future__ import annotations
@@ -82,13 +84,37 @@ def _watch_lifeline(lifeline: Connection) -> None:
 
 
 def _cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:
-    """Share the cores between the workers instead of each one using all of them."""
-    if worker.device_type != "cpu" or "OMP_NUM_THREADS" in environ:
-        return
+    """Share the cores between the workers instead of each one using all of them.
+
+    ``OMP_NUM_THREADS`` as it is at launch time wins. OpenMP reads the variable once, when the
+    forkserver loaded torch, so a value set in a later cell is applied here by hand instead of
+    restarting the forkserver (which would cost every later launch its warm start).
+    """
     import torch
 
+    wanted = environ.get("OMP_NUM_THREADS", "").strip()
+    if wanted.isdigit() and int(wanted) > 0:
+        torch.set_num_threads(int(wanted))
+        return
+    if worker.device_type != "cpu" or wanted:
+        return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     torch.set_num_threads(max(1, (cores or 1) // worker.local_world_size))
+
+
+def _random_state() -> None:
+    """Fresh generators for each worker of each launch; the launch's seed when one was given.
+
+    Forked workers would all start from the forkserver's generator states (the same dropout
+    masks on every rank, and a re-run cell repeating the last one exactly).
+    """
+    from ..utils_seed import fresh_seeds, set_seed
+
+    seed = env.launch_option("seed")
+    if seed:
+        set_seed(int(seed))  # the same on every rank, as Accelerator() does with it
+    else:
+        fresh_seeds()
 
 
 def _finish_distributed() -> None:
@@ -97,7 +123,42 @@ def _finish_distributed() -> None:
         return
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
+        # Leave together: init_process_group can return on one rank while a peer is still
+        # completing its gloo handshakes, and a rank that exits then closes its sockets under
+        # that peer ("Gloo connectFullMesh failed ... Connection closed by peer").
+        dist.barrier()
         dist.destroy_process_group()
+
+
+def _plain_start_method() -> None:
+    """Give the function the start method a plain process (or torchrun's) has: fork on Linux.
+
+    A forkserver child inherits "forkserver" as its default, so a DataLoader with workers
+    would pickle its dataset (a cell-defined class does not pickle by reference) and start
+    yet another forkserver; and its queues' named semaphores would outlive a killed worker
+    (fork unlinks them at once, so a kill leaks nothing).
+    """
+    import multiprocessing
+
+    if "fork" in multiprocessing.get_all_start_methods():
+        multiprocessing.set_start_method("fork", force=True)
+
+
+def _release_semaphores() -> None:
+    """Unlink the named semaphores this worker created, as a normal interpreter exit would.
+
+    The worker leaves with ``os._exit``, which skips multiprocessing's finalizers; a semaphore
+    still referenced then (tqdm keeps a multiprocessing lock on its class) stays registered with
+    the resource tracker, which prints "leaked semaphore objects" when the notebook exits.
+    Only semaphore finalizers run here: others (pools, queues) could block the exit.
+    """
+    from multiprocessing import synchronize, util
+
+    registry = getattr(util, "_finalizer_registry", {})
+    for finalizer in list(registry.values()):
+        if getattr(finalizer, "_callback", None) is getattr(synchronize.SemLock, "_cleanup", 0):
+            with contextlib.suppress(Exception):
+                finalizer()
 
 
 def main(
@@ -114,6 +175,7 @@ def main(
     _redirect(err_w, 2)
     _line_buffered_stdio()
     _watch_lifeline(lifeline)
+    _plain_start_method()
     env.install(payload.environ, worker)
     sender = Sender(conn)
     from .. import progress
@@ -122,6 +184,7 @@ def main(
     failed = True
     try:
         _cpu_threads(worker, payload.environ)
+        _random_state()
         function, args, kwargs = load(payload)
         value = function(*args, **kwargs)
         try:
@@ -151,6 +214,8 @@ def main(
         # The result goes last, after every line this rank printed has reached its pipe.
         sender.send(Result(blob))
     conn.close()
+    with contextlib.suppress(Exception):
+        _release_semaphores()
     # Leave now. multiprocessing's own exit would wait for any non-daemon thread the function
     # left running (a hang) and join its child processes; the parent stops this process
     # group, so whatever the function started goes with it.

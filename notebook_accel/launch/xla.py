@@ -9,8 +9,9 @@
         every process is done)                    output -> the relay (fd 1/2, per thread)
       main thread: relay.pump() ->                launch options -> NOTEBOOK_ACCEL_*
         display (rank-prefixed lines), and        unpickle the call (cell code by value)
-        the deadline / Ctrl-C: SIGKILL the        ("ok", cloudpickled value)
-        processes that connected                  or ("failed", channel.Failure)
+        the deadline / Ctrl-C / a device's        ("ok", cloudpickled value)
+        failure report: SIGKILL the processes     or ("failed", channel.Failure), reported
+        that connected                            to the relay at once as well
       {ordinal: outcome}  -> first failure re-raised as the engine does (original type,
                              worker traceback as __cause__), else results in ordinal order
 
@@ -23,6 +24,7 @@ the running cell.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,7 +40,8 @@ from .channel import Failure
 from .display import Display
 from .engine import Layout
 from .payload import Payload, load
-from .xla_output import Relay, attach
+from .worker import _random_state
+from .xla_output import Relay, attach, report_failure
 
 __all__ = ["run"]
 
@@ -57,10 +60,14 @@ def _entry(payload: Payload, options: dict[str, str], address: str) -> Outcome:
             # Per process, not per device: threads of one process share the environment.
             env.set_var(name, value)
         detach = attach(address)
+        _random_state()
         function, args, kwargs = load(payload)
         return ("ok", cloudpickle.dumps(function(*args, **kwargs)))
     except BaseException as exc:  # the parent re-raises it as the engine does
-        return ("failed", Failure.from_exception(exc))
+        failure = Failure.from_exception(exc)
+        with contextlib.suppress(Exception):
+            report_failure(address, failure)  # the parent stops the other devices now
+        return ("failed", failure)
     finally:
         if detach is not None:
             detach()  # this device's lines reach the parent before its result does
@@ -127,6 +134,11 @@ def _supervise(
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while not future.done():
+            if relay.failures:
+                # A device failed: its peers may be blocked in a collective that never
+                # returns, so stop every process now, as the engine does.
+                _stop(relay, future)
+                return {ordinal: ("failed", failure) for ordinal, failure in relay.failures}
             if watch is not None:
                 watch()
             if deadline is not None and time.monotonic() >= deadline:
@@ -172,7 +184,7 @@ def run(
         ...     payload, Display(), None)  # doctest: +SKIP
         [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
     """
-    from .engine import _main_hidden, _rebuild
+    from .engine import _collateral, _main_hidden, _rebuild
 
     # torch_xla's pool spawns its processes; hiding __main__ keeps a script launched without
     # an ``if __name__ == "__main__"`` guard from running again in each of them.
@@ -181,6 +193,7 @@ def run(
     ordinals = sorted(outcomes)
     failures = [(outcomes[o][1], o) for o in ordinals if outcomes[o][0] == "failed"]
     if failures:
-        failure, ordinal = min(failures, key=lambda f: f[0].time)
-        raise _rebuild(ordinal, failure, len(ordinals), payload)
+        # The root cause: a peer's communication error is the consequence of it.
+        failure, ordinal = min(failures, key=lambda f: (_collateral(f[0]), f[0].time))
+        raise _rebuild(ordinal, failure, layout.world_size, payload)
     return [cloudpickle.loads(outcomes[o][1]) for o in ordinals]

@@ -11,7 +11,11 @@
                                                        connects its own pair; Python's print in
                                                        that thread goes there (sys.stdout routes
                                                        by thread)
-    Relay.pump(): accept, read, Display.feed(source, stream, bytes) on the parent's main thread
+                                              <---   a device that fails: one more connection
+                                                       (stream "failure") with its Failure, sent
+                                                       before it returns to torch_xla's pool
+    Relay.pump(): accept, read, Display.feed(source, stream, bytes) on the parent's main thread;
+                  failure reports collect in Relay.failures
 
 Why a listening socket and not pipes or FIFOs: torch_xla decides how many processes it starts
 (one per TPU chip), its pool pickles our arguments where pipe fds cannot travel, and a FIFO's
@@ -28,6 +32,7 @@ import contextlib
 import io
 import json
 import os
+import pickle
 import selectors
 import shutil
 import signal
@@ -42,9 +47,10 @@ from typing import Any, TextIO
 
 from .display import Display
 
-__all__ = ["Relay", "attach"]
+__all__ = ["Relay", "attach", "report_failure"]
 
 _STREAMS = ("stdout", "stderr")
+_FAILURE = "failure"  # a device's report that it failed, sent as it happens
 _MAX_HEADER = 4096
 
 
@@ -54,6 +60,7 @@ class _Source:
     header: bytes = b""
     source: int | None = None
     stream: str = "stdout"
+    body: bytes = b""  # a failure report's pickled Failure, complete at EOF
 
 
 class Relay:
@@ -76,6 +83,8 @@ class Relay:
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._open: dict[socket.socket, _Source] = {}
+        # (ordinal, Failure) as each device reports it, before torch_xla's pool returns.
+        self.failures: list[tuple[int, Any]] = []
 
     def __enter__(self) -> Relay:
         return self
@@ -111,7 +120,10 @@ class Relay:
             line, data = src.header.split(b"\n", 1)
             self._introduce(src, json.loads(line))
         if data and src.source is not None:
-            self.display.feed(src.source, src.stream, data)
+            if src.stream == _FAILURE:
+                src.body += data
+            else:
+                self.display.feed(src.source, src.stream, data)
 
     def _introduce(self, src: _Source, header: dict[str, Any]) -> None:
         self.pids.add(int(header["pid"]))
@@ -124,7 +136,10 @@ class Relay:
         self._selector.unregister(src.sock)
         del self._open[src.sock]
         src.sock.close()
-        if src.source is not None:
+        if src.source is not None and src.stream == _FAILURE:
+            with contextlib.suppress(Exception):  # a report cut short by a kill says nothing
+                self.failures.append((src.source, pickle.loads(src.body)))
+        elif src.source is not None:
             self.display.end(src.source, src.stream)
 
     def drain(self, seconds: float) -> None:
@@ -255,6 +270,19 @@ def attach(address: str) -> Callable[[], None]:
         _flush_c()
 
     return detach
+
+
+def report_failure(address: str, failure: Any) -> None:
+    """Tell the parent at once that this device failed, so that it stops the other devices.
+
+    torch_xla's pool returns only when every process is done, and a peer blocked in a
+    collective never is; the parent must not wait for the pool to learn of a failure.
+    """
+    import torch_xla.runtime as xr
+
+    header = {"pid": os.getpid(), "source": xr.global_ordinal(), "label": None}
+    with _connect(address, {**header, "stream": _FAILURE}) as sock:
+        sock.sendall(pickle.dumps(failure))
 
 
 def _flush_c() -> None:

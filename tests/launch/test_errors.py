@@ -66,6 +66,8 @@ def test_unpicklable_exception_becomes_worker_error() -> None:
         ("exit", 3, "exited with code 3 without raising a Python exception"),
         ("kill", -signal.SIGKILL, "SIGKILL (often the out-of-memory killer"),
         ("segv", -signal.SIGSEGV, "SIGSEGV (a segmentation fault"),
+        # signal.Signals() has no member for real-time signals.
+        ("realtime", -(signal.SIGRTMIN + 2), "killed by SIGRTMIN+2 (a signal sent to the worker"),
     ],
 )
 def test_death_without_exception_names_rank_and_cause(how: str, exitcode: int, words: str) -> None:
@@ -76,6 +78,9 @@ def test_death_without_exception_names_rank_and_cause(how: str, exitcode: int, w
             os._exit(3)
         if how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if how == "realtime":
+            os.kill(os.getpid(), signal.SIGRTMIN + 2)
+            time.sleep(60)
         import ctypes
 
         ctypes.string_at(0)  # a real segfault in C

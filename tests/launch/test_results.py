@@ -114,3 +114,37 @@ def test_tensors_come_back_by_value() -> None:
 
 def test_sys_exit_zero_is_a_clean_finish() -> None:
     assert debug_launcher(lambda: sys.exit(0), num_processes=2) == [None, None]
+
+
+def test_omp_num_threads_set_after_the_first_launch_applies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def threads() -> int:
+        import torch
+
+        return torch.get_num_threads()
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    debug_launcher(threads, num_processes=2)  # the forkserver runs, its OpenMP set up
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # a later cell sets it
+    assert debug_launcher(threads, num_processes=2) == [3, 3]
+
+
+def test_a_data_loader_with_workers_over_a_cell_defined_dataset() -> None:
+    import torch
+
+    class Squares(torch.utils.data.Dataset):  # travels by value, as a notebook cell's class
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, i: int) -> int:
+            return i * i
+
+    def load() -> tuple[str, list[int]]:
+        import multiprocessing
+
+        loader = torch.utils.data.DataLoader(Squares(), batch_size=4, num_workers=2)
+        return multiprocessing.get_start_method(), [int(b.sum()) for b in loader]
+
+    # Workers start their loader's processes as a plain (or torchrun) process does: fork.
+    assert debug_launcher(load, num_processes=2) == [("fork", [14, 126])] * 2

@@ -1,0 +1,1 @@
+"""torch_xla registers the "xla" torch.distributed backend here; the stand-in has none."""

@@ -8,9 +8,10 @@
         run_multiprocess (it blocks until        per device: _entry(payload, options, address)
         every process is done)                    output -> the relay (fd 1/2, per thread)
       main thread: relay.pump() ->                launch options -> NOTEBOOK_ACCEL_*
-        display (rank-prefixed lines), and        unpickle the call (cell code by value)
-        the deadline / Ctrl-C: SIGKILL the        ("ok", cloudpickled value)
-        processes that connected                  or ("failed", channel.Failure)
+        display (rank-prefixed lines), and        unpickle the call (cell code by value;
+        the deadline / Ctrl-C: SIGKILL the          large buffers mapped, shm.py)
+        processes that connected                  ("ok", channel.Result)
+                                                  or ("failed", channel.Failure)
       {ordinal: outcome}  -> first failure re-raised as the engine does (original type,
                              worker traceback as __cause__), else results in ordinal order
 
@@ -30,19 +31,18 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
-import cloudpickle
-
 from .. import env
 from ..errors import LaunchError, LaunchTimeoutError
 from .channel import Failure
 from .display import Display
 from .engine import Layout
 from .payload import Payload, load
+from .transport import pack, unpack
 from .xla_output import Relay, attach
 
 __all__ = ["run"]
 
-Outcome = tuple[str, Any]  # ("ok", cloudpickled value) or ("failed", Failure)
+Outcome = tuple[str, Any]  # ("ok", channel.Result) or ("failed", Failure)
 
 _TICK = 0.25  # seconds between deadline checks when no output arrives
 _DRAIN = 2.0  # seconds to relay the last lines after the processes ended
@@ -58,7 +58,9 @@ def _entry(payload: Payload, options: dict[str, str], address: str) -> Outcome:
             env.set_var(name, value)
         detach = attach(address)
         function, args, kwargs = load(payload)
-        return ("ok", cloudpickle.dumps(function(*args, **kwargs)))
+        value = function(*args, **kwargs)
+        assert payload.shipment is not None, "the launch ships every payload"
+        return ("ok", pack(payload.shipment, value))
     except BaseException as exc:  # the parent re-raises it as the engine does
         return ("failed", Failure.from_exception(exc))
     finally:
@@ -183,4 +185,5 @@ def run(
     if failures:
         failure, ordinal = min(failures, key=lambda f: f[0].time)
         raise _rebuild(ordinal, failure, len(ordinals), payload)
-    return [cloudpickle.loads(outcomes[o][1]) for o in ordinals]
+    assert payload.shipment is not None, "the launch ships every payload"
+    return [unpack(payload.shipment, outcomes[o][1]) for o in ordinals]

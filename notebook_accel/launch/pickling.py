@@ -186,6 +186,12 @@ class _Pickler(cloudpickle.CloudPickler):
         self._keep.append(buffer)
         return (_rebuild_storage, (buffer, dtype, where))
 
+    def release(self) -> None:
+        self._pending.clear()
+        self._versions.clear()
+        self._keep.clear()
+        self.buffers = []
+
     def _buffer(self, buffer: pickle.PickleBuffer) -> bool:
         """Out of band (return False) for large buffers; small ones stay in the pickle."""
         out = self._pending.pop(id(buffer), None)
@@ -266,8 +272,14 @@ def dumps(
     """
     file = io.BytesIO()
     pickler = _Pickler(file, placement, limit, discard)
-    pickler.dump(obj)
-    return Pickled(file.getvalue(), pickler.buffers)
+    try:
+        pickler.dump(obj)
+        return Pickled(file.getvalue(), pickler.buffers)
+    finally:
+        # The pickler is in a cycle (its buffer callback is its own method): drop what it
+        # holds now, so that what the notebook deletes is freed now, not at the next GC.
+        pickler.clear_memo()
+        pickler.release()
 
 
 def loads(data: bytes, views: list[memoryview]) -> Any:

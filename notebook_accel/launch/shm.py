@@ -126,12 +126,26 @@ def _need(what: str, nbytes: int) -> None:
         raise SharedMemoryError(what, nbytes, available)
 
 
-def _allocate(fd: int, offset: int, length: int, what: str) -> None:
-    """Take the memory now: out of memory is an error here, not a SIGBUS while copying."""
+def _write(fd: int, offset: int, out: Outgoing, what: str) -> None:
+    """Copy one buffer into a segment at ``offset``.
+
+    Host memory goes with pwrite: no page faults in a mapping, and running out of memory is
+    an error (ENOSPC, ENOMEM), not a SIGBUS. GPU memory is copied into a mapping of the
+    region, taken (fallocate) first for the same reason.
+    """
     try:
-        os.posix_fallocate(fd, offset, length)
+        if out.view is not None:
+            done = 0
+            while done < out.nbytes:  # one pwrite moves at most about 2 GiB
+                done += os.pwrite(fd, out.view[done:], offset + done)
+            return
+        start = offset - offset % _PAGE
+        os.posix_fallocate(fd, offset, out.nbytes)
     except OSError as exc:
-        raise SharedMemoryError(what, length, available_memory()) from exc
+        raise SharedMemoryError(what, out.nbytes, available_memory()) from exc
+    with mmap.mmap(fd, offset + out.nbytes - start, offset=start) as region:
+        with memoryview(region) as view:
+            out.copy_into(view[offset - start :])
 
 
 # -- the notebook's side: cached copies ----------------------------------------------------
@@ -140,12 +154,11 @@ def _allocate(fd: int, offset: int, length: int, what: str) -> None:
 class _Segment:
     """One memfd in the notebook, mapped shared: copies are written and compared here."""
 
-    def __init__(self, size: int, what: str) -> None:
+    def __init__(self, size: int) -> None:
         self.size = size
         self.fd = _new_fd("data")
         try:
             os.ftruncate(self.fd, size)
-            _allocate(self.fd, 0, size, what)
             self.map = mmap.mmap(self.fd, size)
         except BaseException:
             os.close(self.fd)
@@ -187,9 +200,8 @@ class _Entry:
             return False
         return _memcmp(self.address(), address(out.view), out.nbytes) == 0
 
-    def write(self, out: Outgoing) -> None:
-        with memoryview(self.segment.map) as view:
-            out.copy_into(view[self.offset : self.offset + self.nbytes])
+    def write(self, out: Outgoing, what: str) -> None:
+        _write(self.segment.fd, self.offset, out, what)
 
     def dead(self) -> bool:
         """The storage it copies is gone: no launch can ask for it again."""
@@ -344,13 +356,13 @@ class SharedCache(Transport):
         if size > available_memory():
             self._trim(0)  # everything not in use, before giving up
         _need(what, size)
-        segment = _Segment(size, what)
+        segment = _Segment(size)
         entries: dict[tuple[Any, ...], _Entry] = {}
         offset = 0
         try:
             for key, out in missing.items():
                 entry = _Entry(segment, offset, out.nbytes, key, out.version, out.owner, pins=1)
-                entry.write(out)
+                entry.write(out, what)
                 entries[key] = entry
                 offset += _round(out.nbytes)
         except BaseException:
@@ -500,10 +512,8 @@ class MemfdShipment(Shipment):
                 os.ftruncate(fd, start + length)
             finally:
                 os.lockf(fd, os.F_ULOCK, 0)
-        _allocate(fd, start, length, what)
-        with mmap.mmap(fd, length, offset=start) as region, memoryview(region) as view:
-            for (offset, nbytes), out in zip(places, buffers, strict=True):
-                out.copy_into(view[offset : offset + nbytes])
+        for (offset, _), out in zip(places, buffers, strict=True):
+            _write(fd, start + offset, out, what)
         return start, length, tuple(places)
 
     def get(self, handle: tuple[int, int, tuple[tuple[int, int], ...]]) -> list[memoryview]:

@@ -418,3 +418,46 @@ def test_pandas_frames_travel_out_of_band() -> None:
     assert debug_launcher(total, num_processes=2) == [expected] * 2
     assert shared_cache_info().copied_bytes >= 2 * 8 * MiB
     assert float(frame["a"][0]) == 0.0
+
+
+# -- the TPU path's process pool -------------------------------------------------------------
+
+
+def _load_twice_and_pack(payload: Any) -> Any:
+    """What torch_xla's pool does with the payload: one process, a thread per device."""
+    from notebook_accel.launch.payload import load
+    from notebook_accel.launch.transport import pack
+
+    values = []
+    for _ in range(2):  # each device gets its own copy of the captured data
+        function, args, kwargs = load(payload)
+        values.append(function(*args, **kwargs))
+    return pack(payload.shipment, values)
+
+
+def test_a_spawned_process_pool_gets_the_segments_as_torch_xla_s_does() -> None:
+    """xla.py hands the payload to torch_xla's pool (spawn); the fds go by the resource sharer."""
+    import dataclasses
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from notebook_accel.launch.shm import shipped
+    from notebook_accel.launch.transport import unpack
+
+    x = torch.zeros(MiB)
+
+    def bump() -> torch.Tensor:
+        x.add_(1)
+        return x.clone()  # 4 MiB: back through shared memory
+
+    payload, buffers = build(bump, (), None, {})
+    with shipped(buffers) as shipment:
+        payload = dataclasses.replace(payload, shipment=shipment)
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(2, mp_context=spawn) as pool:
+            futures = [pool.submit(_load_twice_and_pack, payload) for _ in range(2)]
+            results = [unpack(shipment, future.result(timeout=120)) for future in futures]
+    assert [[v.sum().item() for v in values] for values in results] == [[float(MiB)] * 2] * 2
+    assert x.sum().item() == 0.0
+    del results
+    _nothing_left()

@@ -10,7 +10,9 @@ function reads one element of what it captured: a 1 GiB tensor, a 1 GiB numpy ar
   proportional set size (PSS) of the notebook, its workers (and our forkserver), shared
   memory excluded, plus the shared-memory segments the notebook holds, counted once;
 - a 1 GiB tensor returned by rank 0 (accelerate's launcher returns nothing: n/a);
-- a launch with no large data (init_process_group + all_reduce, median of 10 warm).
+- a launch with no large data (init_process_group + all_reduce, median of 10 warm);
+- for scale, ``clone()`` of a 1 GiB tensor: this machine's speed of copying memory into
+  fresh pages, which bounds a first launch (one such copy) and a result (one more).
 
     python benchmarks/payload_memory.py            # needs `pip install accelerate`, ~8 GiB
 """
@@ -63,9 +65,13 @@ if which == "ours":
     def launch(fn):
         return nl(fn, num_processes=n, hardware="cpu", output="none")
 else:
+    import socket
     from accelerate import notebook_launcher as al
     def launch(fn):
-        return al(fn, num_processes=n)
+        with socket.socket() as probe:  # its default port, 29500, may be taken
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        return al(fn, num_processes=n, use_port=str(port))
 
 def _private_pss(pid):
     fields = {}
@@ -129,6 +135,12 @@ def timed(fn):
     return time.perf_counter() - start, value
 
 out = {}
+if kind == "copy":  # how fast this machine copies memory now, for scale
+    source = torch.randn(256, 1024, 1024)
+    start = time.perf_counter()
+    source.clone()
+    print(json.dumps({"clone": time.perf_counter() - start}))
+    sys.exit(0)
 if which == "ours":
     launch(lambda: 0)  # the notebook launched before: a warm forkserver
 if kind == "none":
@@ -204,6 +216,8 @@ def main() -> None:
     rows.append(
         ("no large data, warm launch, 2 proc", _cell(tiny_ours, "s"), _cell(tiny_theirs, "s"))
     )
+    clone = measure("ours", "copy", 1)["clone"]
+    rows.append(("for scale: clone() of a 1 GiB tensor", _cell(clone, "s"), ""))
     print("captured data and results, CPU processes (accelerate forks: copy-on-write)")
     print(f"{'':44}{'notebook_accel':>16}{'accelerate':>14}")
     for name, ours_cell, theirs_cell in rows:

@@ -33,7 +33,8 @@ import tempfile
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import reduction
 from typing import Any
@@ -57,6 +58,8 @@ MAX_SEGMENTS = 64  # segments one launch may reference (fds passed to each worke
 _PAGE = mmap.PAGESIZE
 _ALIGN = 64  # bytes: alignment of each buffer inside a rank's result region
 _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+_CHUNK = 16 << 20  # bytes: the share of one thread when copying or comparing
+_MAX_THREADS = 4
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _memcmp = _libc.memcmp
@@ -66,6 +69,21 @@ _memcmp.restype = ctypes.c_int
 
 def _round(n: int, to: int = _PAGE) -> int:
     return (n + to - 1) // to * to
+
+
+def _in_chunks(work: Callable[[int, int], int], nbytes: int) -> list[int]:
+    """``work(offset, length)`` over 16 MiB chunks, on a few threads.
+
+    Copying into fresh shared pages and comparing are memory-bound; a few cores do them
+    faster than one (ctypes and os.pwrite release the GIL).
+    """
+    chunks = [(start, min(_CHUNK, nbytes - start)) for start in range(0, nbytes, _CHUNK)]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = min(_MAX_THREADS, cores or 1, len(chunks))
+    if threads <= 1:
+        return [work(start, length) for start, length in chunks]
+    with ThreadPoolExecutor(threads, thread_name_prefix="notebook-accel-copy") as pool:
+        return list(pool.map(lambda chunk: work(*chunk), chunks))
 
 
 def _new_fd(kind: str) -> int:
@@ -135,9 +153,16 @@ def _write(fd: int, offset: int, out: Outgoing, what: str) -> None:
     """
     try:
         if out.view is not None:
-            done = 0
-            while done < out.nbytes:  # one pwrite moves at most about 2 GiB
-                done += os.pwrite(fd, out.view[done:], offset + done)
+            view = out.view
+
+            def part(start: int, length: int) -> int:
+                done = 0
+                while done < length:  # pwrite may write less than asked
+                    piece = view[start + done : start + length]
+                    done += os.pwrite(fd, piece, offset + start + done)
+                return done
+
+            _in_chunks(part, out.nbytes)
             return
         start = offset - offset % _PAGE
         os.posix_fallocate(fd, offset, out.nbytes)
@@ -198,7 +223,9 @@ class _Entry:
             )
         if out.view is None or self.nbytes != out.nbytes:
             return False
-        return _memcmp(self.address(), address(out.view), out.nbytes) == 0
+        mine, theirs = self.address(), address(out.view)
+        differences = _in_chunks(lambda at, n: _memcmp(mine + at, theirs + at, n), out.nbytes)
+        return not any(differences)
 
     def write(self, out: Outgoing, what: str) -> None:
         _write(self.segment.fd, self.offset, out, what)

@@ -186,6 +186,25 @@ def test_in_place_changes_in_the_notebook_reach_the_next_launch() -> None:
     assert shared_cache_info().copied_bytes - copied == x.nbytes + a.nbytes + model.weight.nbytes
 
 
+def test_buffers_of_several_chunks_are_copied_and_compared_whole() -> None:
+    """Past 16 MiB, copies and comparisons run in chunks on several threads."""
+    x = torch.arange(10 * MiB, dtype=torch.float32)  # 40 MiB
+    a = np.arange(5 * MiB, dtype=np.float64)  # 40 MiB
+
+    def read() -> tuple[float, float, float, torch.Tensor]:
+        return x.double().sum().item(), float(a.sum()), float(a[-1]), x * 2
+
+    expected = (x.double().sum().item(), float(a.sum()))
+    base = shared_cache_info().copied_bytes
+    first = debug_launcher(read, num_processes=2)[1]
+    assert first[:3] == (*expected, 5 * MiB - 1.0)
+    assert torch.equal(first[3], x * 2)  # a 40 MiB result, written in chunks too
+    assert shared_cache_info().copied_bytes - base == x.nbytes + a.nbytes
+    a[-1] = -1.0  # in the last chunk only
+    assert debug_launcher(read, num_processes=2)[1][2] == -1.0
+    assert shared_cache_info().copied_bytes - base == x.nbytes + 2 * a.nbytes
+
+
 def test_the_limit_evicts_least_recently_used_copies() -> None:
     first, second = torch.ones(MiB), torch.full((MiB,), 2.0)
     set_shared_cache_limit(6 * MiB)  # room for one 4 MiB copy

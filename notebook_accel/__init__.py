@@ -50,6 +50,10 @@ _EXPORTS = {
     "WorkerDiedError": "notebook_accel.errors",
     "LaunchTimeoutError": "notebook_accel.errors",
     "CheckpointError": "notebook_accel.errors",
+    "SharedMemoryError": "notebook_accel.errors",
+    "clear_shared_cache": "notebook_accel.launch.shm",
+    "set_shared_cache_limit": "notebook_accel.launch.shm",
+    "shared_cache_info": "notebook_accel.launch.shm",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -13,6 +13,7 @@ __all__ = [
     "WorkerDiedError",
     "LaunchTimeoutError",
     "CheckpointError",
+    "SharedMemoryError",
     "RemoteTraceback",
 ]
 
@@ -126,6 +127,34 @@ class LaunchTimeoutError(NotebookAccelError, TimeoutError):
             f"the launch ran longer than timeout={timeout:g} s and every worker was stopped; "
             "raise timeout= (or pass timeout=None) if the job needs longer."
         )
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 30):.2f} GiB"
+
+
+class SharedMemoryError(NotebookAccelError, MemoryError):
+    """Not enough memory for the shared copy of large data sent to or from the workers.
+
+    Attributes:
+        what: what needed the memory (the captured data, a rank's return value).
+        needed: bytes needed.
+        available: bytes available when it was asked for.
+    """
+
+    def __init__(self, what: str, needed: int, available: int) -> None:
+        self.what = what
+        self.needed = needed
+        self.available = available
+        super().__init__(
+            f"{what} needs {_gib(needed)} of shared memory, but only {_gib(available)} of "
+            "memory is available. Free memory in the notebook (del what is no longer needed; "
+            "notebook_accel.clear_shared_cache()), or load the data inside the function "
+            "instead of capturing it."
+        )
+
+    def __reduce__(self) -> tuple[type[SharedMemoryError], tuple[str, int, int]]:
+        return (type(self), (self.what, self.needed, self.available))
 
 
 class RemoteTraceback(Exception):

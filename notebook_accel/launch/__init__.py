@@ -4,6 +4,7 @@ notebook_launcher(fn, args, ...)
   -> LaunchConfig (defaults from the config file; validated)
   -> hardware.resolve: "auto" -> TPU / CUDA / MPS / CPU, bounds and precision checked
   -> payload.build: cloudpickle by value, the culprit named if it does not pickle
+  -> shm.shipped: large buffers into shared memory once (or found in the cache)
   -> rendezvous.py: a TCPStore hosted here, on loopback at a port the OS picks
   -> Engine(...).run()  or, on TPU, xla.run(...)
   -> [result of rank 0, result of rank 1, ...]
@@ -11,6 +12,7 @@ notebook_launcher(fn, args, ...)
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from .engine import Engine, Layout, warm_up
 from .group import Group, joined, network_env
 from .payload import Payload, build
 from .rendezvous import group_store, workers_store
+from .shm import shipped
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 
@@ -104,7 +107,7 @@ def launch(
     ``display`` and ``stop`` are the launch panel's hooks (widgets.py): its own display, and
     an event that, once set, stops every worker as a KeyboardInterrupt does.
     """
-    payload = build(function, args, kwargs, env.snapshot())
+    payload, buffers = build(function, args, kwargs, env.snapshot())
     plan = hardware.resolve(config, machine)
     if config.fsdp is not None and plan.num_processes * config.num_nodes < 2:
         raise ConfigError(
@@ -125,7 +128,12 @@ def launch(
     # group.py).
     world_size = plan.num_processes * config.num_nodes
     try:
-        with group_store(config, world_size) as (store, port), joined(config, store, port) as group:
+        with (
+            shipped(buffers) as shipment,
+            group_store(config, world_size) as (store, port),
+            joined(config, store, port) as group,
+        ):
+            payload = dataclasses.replace(payload, shipment=shipment)
             while True:
                 try:
                     return _run_once(config, plan, payload, display, attempt, group, stop, deadline)

@@ -3,7 +3,8 @@
     worker                                   parent
     ------                                   ------
     Progress(bar, n, total, desc, ...)  -->  display: draw/update a bar
-    Result(value)                       -->  collect, in rank order
+    Result(value, handle)               -->  collect, in rank order (large buffers
+                                             through shared memory, transport.py)
     Failure(type, message, traceback,   -->  stop the other ranks, re-raise in the cell
             exception, time)
 
@@ -41,7 +42,8 @@ class Progress:
 
 @dataclass(frozen=True)
 class Result:
-    value: bytes  # cloudpickled return value
+    value: bytes  # the pickled return value (pickling.py), large buffers out of band
+    handle: Any = None  # where the transport put those buffers (transport.py); None: none
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ Process(target=worker.main).start()  -------->   fork -> worker.main(rank ...)
 loop over selectors:
   stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
   Progress              -> display.progress
-  Result                -> results[rank]
+  Result                -> results[rank] (large buffers mapped from shared memory)
   Failure               -> stop the others, re-raise the earliest failure
   a worker's sentinel   -> died without a message? WorkerDiedError
   deadline              -> LaunchTimeoutError
@@ -40,6 +40,7 @@ from . import worker as worker_module
 from .channel import Failure, Progress, Result, receive
 from .display import Display
 from .payload import Payload, annotate_traceback
+from .transport import unpack
 
 __all__ = ["Engine", "Layout", "context", "warm_up"]
 
@@ -132,7 +133,7 @@ class _Rank:
     stdout: Connection
     stderr: Connection
     lifeline: Connection
-    result: bytes | None = None
+    result: Result | None = None
     failure: Failure | None = None
     exited: bool = False
     died_at: float | None = None  # when the parent saw it end without a message
@@ -240,7 +241,7 @@ class Engine:
 
     def _dispatch(self, rank: _Rank, message: Any) -> None:
         if isinstance(message, Result):
-            rank.result = message.value
+            rank.result = message
             self.display.rank_state(rank.rank, "finished")
         elif isinstance(message, Failure):
             rank.failure = message
@@ -307,7 +308,12 @@ class Engine:
         while time.monotonic() < end and not all(r.exited for r in self.ranks):
             self._poll(0.05)
         self._drain(time.monotonic() + _DRAIN)
-        return [pickle.loads(r.result) for r in self.ranks]  # type: ignore[arg-type]
+        return [self._value(r.result) for r in self.ranks]  # type: ignore[arg-type]
+
+    def _value(self, result: Result) -> Any:
+        if self.payload.shipment is None:
+            return pickle.loads(result.value)
+        return unpack(self.payload.shipment, result)
 
     def _drain(self, until: float) -> None:
         """Relay the output the workers wrote before they ended."""

@@ -6,6 +6,10 @@ directory travel too, so functions imported from the user's own modules import i
 
 Before anything starts, ``build`` pickles the payload in the parent; when that fails it looks
 for the culprit (an argument, a captured variable, an attribute inside one) and names it.
+Large buffers (tensors, arrays) are not copied into the pickle: ``build`` returns them apart
+(pickling.py), and the launch ships them through shared memory once (transport.py, shm.py).
+The pickle that checks the payload is the one that travels; the culprit search, which pickles
+again, drops large buffers without copying them.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 import inspect
 import linecache
 import os
-import pickle
 import re
 import sys
 import types
@@ -21,9 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
-
 from ..errors import ConfigError, PayloadError
+from .pickling import Outgoing, dumps, loads
+from .transport import Shipment
 
 __all__ = ["Payload", "build", "load", "annotate_traceback"]
 
@@ -32,13 +35,15 @@ __all__ = ["Payload", "build", "load", "annotate_traceback"]
 class Payload:
     """What every worker unpickles: the call, and the parent's import context."""
 
-    call: bytes  # cloudpickle of (function, args, kwargs)
+    call: bytes  # cloudpickle of (function, args, kwargs), large buffers out of band
     sys_path: tuple[str, ...]
     cwd: str
     environ: dict[str, str]
     # (function name, file it was defined in): cloudpickle drops code file names, so the
     # parent puts them (and the notebook's source lines) back into worker tracebacks.
     code_origins: tuple[tuple[str, str], ...] = ()
+    # Where the call's large buffers are, and where the results' go (set by the launch).
+    shipment: Shipment | None = None
 
 
 def _describe(obj: object) -> str:
@@ -52,7 +57,7 @@ def _describe(obj: object) -> str:
 
 def _picklable(obj: object) -> bool:
     try:
-        cloudpickle.dumps(obj)
+        dumps(obj, discard=True)
     except Exception:
         return False
     return True
@@ -156,8 +161,12 @@ def annotate_traceback(text: str, origins: tuple[tuple[str, str], ...]) -> str:
 
 def build(
     function: Callable[..., Any], args: Any, kwargs: dict[str, Any] | None, environ: dict[str, str]
-) -> Payload:
-    """Check and pickle the call in the parent, before any process starts."""
+) -> tuple[Payload, list[Outgoing]]:
+    """Check and pickle the call in the parent, before any process starts.
+
+    Returns the payload (without a shipment yet) and the large buffers it refers to, still
+    in the notebook's memory.
+    """
     if not callable(function):
         raise ConfigError("function", function, "a callable (a function defined in a cell, say)")
     if not isinstance(args, tuple):
@@ -169,7 +178,7 @@ def build(
         raise ConfigError("args", args, "a tuple of positional arguments", hint)
     kwargs = dict(kwargs or {})
     try:
-        call = cloudpickle.dumps((function, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        pickled = dumps((function, args, kwargs))
     except Exception as exc:
         culprit = _culprit(function, args, kwargs)
         raise PayloadError(
@@ -177,13 +186,14 @@ def build(
             "Create it inside the function instead of capturing it from the notebook.",
             culprit=culprit,
         ) from exc
-    return Payload(
-        call=call,
+    payload = Payload(
+        call=pickled.data,
         sys_path=tuple(sys.path),
         cwd=os.getcwd(),
         environ=environ,
         code_origins=_code_origins(function),
     )
+    return payload, pickled.buffers
 
 
 def load(payload: Payload) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
@@ -195,5 +205,6 @@ def load(payload: Payload) -> tuple[Callable[..., Any], tuple[Any, ...], dict[st
         os.chdir(payload.cwd)
     except OSError:
         pass  # the folder may not exist on another machine
-    function, args, kwargs = pickle.loads(payload.call)
+    views = payload.shipment.views() if payload.shipment is not None else []
+    function, args, kwargs = loads(payload.call, views)
     return function, args, kwargs

@@ -6,8 +6,8 @@ forkserver child
   -> lifeline thread: the parent died -> kill our process group
   -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
   -> random generators: fresh entropy, or the launch's seed
-  -> unpickle the call, run it
-  -> Result(value) or Failure(exception) over the channel
+  -> map the payload's shared memory (copy-on-write), unpickle the call, run it
+  -> Result(value; large buffers through shared memory) or Failure(exception)
   -> unlink the semaphores it created, os._exit
 """
 
@@ -17,16 +17,18 @@ import contextlib
 import ctypes
 import io
 import os
+import pickle
 import signal
 import sys
 import threading
 from multiprocessing.connection import Connection
 
-import cloudpickle
-
 from .. import env
+from ..errors import SharedMemoryError
 from .channel import Failure, Result, Sender
 from .payload import Payload, load
+from .pickling import dumps
+from .transport import pack
 
 __all__ = ["main"]
 
@@ -161,6 +163,12 @@ def _release_semaphores() -> None:
                 finalizer()
 
 
+def _pack(payload: Payload, value: object) -> Result:
+    if payload.shipment is None:  # no transport: everything inside the pickle
+        return Result(dumps(value, placement="same", limit=sys.maxsize).data)
+    return pack(payload.shipment, value)
+
+
 def main(
     worker: env.WorkerEnv,
     payload: Payload,
@@ -188,7 +196,9 @@ def main(
         function, args, kwargs = load(payload)
         value = function(*args, **kwargs)
         try:
-            blob = cloudpickle.dumps(value)
+            result = _pack(payload, value)
+        except SharedMemoryError:
+            raise
         except Exception as exc:
             raise TypeError(
                 f"the function returned {type(value).__qualname__}, which cannot be pickled "
@@ -198,7 +208,7 @@ def main(
     except SystemExit as exc:
         # A ported script may end with sys.exit(0): that is a clean finish returning None.
         failed = exc.code not in (None, 0)
-        blob = cloudpickle.dumps(None)
+        result = Result(pickle.dumps(None))
         if failed:
             sender.send(Failure.from_exception(exc))
     except BaseException as exc:  # KeyboardInterrupt too: the parent decides what it means
@@ -212,7 +222,7 @@ def main(
     _flush_all()
     if not failed:
         # The result goes last, after every line this rank printed has reached its pipe.
-        sender.send(Result(blob))
+        sender.send(result)
     conn.close()
     with contextlib.suppress(Exception):
         _release_semaphores()

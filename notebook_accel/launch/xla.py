@@ -8,10 +8,11 @@
         run_multiprocess (it blocks until        per device: _entry(payload, options, address)
         every process is done)                    output -> the relay (fd 1/2, per thread)
       main thread: relay.pump() ->                launch options -> NOTEBOOK_ACCEL_*
-        display (rank-prefixed lines), and        unpickle the call (cell code by value)
-        the deadline / Ctrl-C / a device's        ("ok", cloudpickled value)
-        failure report: SIGKILL the processes     or ("failed", channel.Failure), reported
-        that connected                            to the relay at once as well
+        display (rank-prefixed lines), and        unpickle the call (cell code by value;
+        the deadline / Ctrl-C / a device's          large buffers mapped, shm.py)
+        failure report: SIGKILL the processes     ("ok", channel.Result)
+        that connected                            or ("failed", channel.Failure), reported
+                                                  to the relay at once as well
       {ordinal: outcome}  -> first failure re-raised as the engine does (original type,
                              worker traceback as __cause__), else results in ordinal order
 
@@ -32,20 +33,19 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
-import cloudpickle
-
 from .. import env
 from ..errors import LaunchError, LaunchTimeoutError
 from .channel import Failure
 from .display import Display
 from .engine import Layout
 from .payload import Payload, load
+from .transport import pack, unpack
 from .worker import _random_state
 from .xla_output import Relay, attach, report_failure
 
 __all__ = ["run"]
 
-Outcome = tuple[str, Any]  # ("ok", cloudpickled value) or ("failed", Failure)
+Outcome = tuple[str, Any]  # ("ok", channel.Result) or ("failed", Failure)
 
 _TICK = 0.25  # seconds between deadline checks when no output arrives
 _DRAIN = 2.0  # seconds to relay the last lines after the processes ended
@@ -62,7 +62,9 @@ def _entry(payload: Payload, options: dict[str, str], address: str) -> Outcome:
         detach = attach(address)
         _random_state()
         function, args, kwargs = load(payload)
-        return ("ok", cloudpickle.dumps(function(*args, **kwargs)))
+        value = function(*args, **kwargs)
+        assert payload.shipment is not None, "the launch ships every payload"
+        return ("ok", pack(payload.shipment, value))
     except BaseException as exc:  # the parent re-raises it as the engine does
         failure = Failure.from_exception(exc)
         with contextlib.suppress(Exception):
@@ -196,4 +198,5 @@ def run(
         # The root cause: a peer's communication error is the consequence of it.
         failure, ordinal = min(failures, key=lambda f: (_collateral(f[0]), f[0].time))
         raise _rebuild(ordinal, failure, layout.world_size, payload)
-    return [cloudpickle.loads(outcomes[o][1]) for o in ordinals]
+    assert payload.shipment is not None, "the launch ships every payload"
+    return [unpack(payload.shipment, outcomes[o][1]) for o in ordinals]

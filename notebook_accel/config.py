@@ -32,6 +32,7 @@ Hardware = Literal["auto", "cpu", "cuda", "tpu", "mps"]
 MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
 OutputMode = Literal["all", "main", "none"]
 StartMethod = Literal["auto", "forkserver", "spawn"]
+PlacementStrategy = Literal["PACK", "SPREAD"]
 
 # The keys that the config file may hold; anything else in the file is ignored with a warning.
 FILE_KEYS = (
@@ -97,6 +98,12 @@ class LaunchConfig:
     # ("full", "grad_op", "no_shard", "hybrid"), a dict of FsdpConfig fields or an FsdpConfig;
     # normalised to an FsdpConfig (or None) on construction.
     fsdp: Any = None
+    # Where the ranks run (launch/backends.py): None for this machine, "ray" for the Ray
+    # cluster this notebook joined (or RAY_ADDRESS names), "ray://HOST:PORT" for Ray Client.
+    cluster: str | None = None
+    # On a cluster, what each rank reserves ({"CPU": 4, "GPU": 1}) and how ranks are placed.
+    resources_per_worker: Any = None
+    placement_strategy: PlacementStrategy = "PACK"
     # The fields whose value came from the config file (not the call), for the launch banner.
     from_file: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     file_path: str = dataclasses.field(default="", compare=False, repr=False)
@@ -146,6 +153,40 @@ class LaunchConfig:
             from .fsdp_config import FsdpConfig  # imports torch: only when FSDP is asked for
 
             object.__setattr__(self, "fsdp", FsdpConfig.coerce(self.fsdp))
+        self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        if self.cluster is not None and (
+            not isinstance(self.cluster, str)
+            or not (self.cluster == "ray" or self.cluster.startswith("ray://"))
+        ):
+            raise ConfigError("cluster", self.cluster, "None, 'ray' or 'ray://HOST:PORT'")
+        _check_literal("placement_strategy", self.placement_strategy, PlacementStrategy)
+        resources = self.resources_per_worker
+        if resources is not None:
+            accepted = "a dict of resource name -> amount >= 0, e.g. {'CPU': 4, 'GPU': 1}"
+            if not isinstance(resources, dict) or not all(
+                isinstance(k, str)
+                and isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and v >= 0
+                for k, v in resources.items()
+            ):
+                raise ConfigError("resources_per_worker", resources, accepted)
+            if self.cluster is None:
+                raise ConfigError(
+                    "resources_per_worker",
+                    resources,
+                    "None without a cluster",
+                    "Add cluster='ray'.",
+                )
+        if self.cluster is not None and self.num_nodes != 1:
+            raise ConfigError(
+                "num_nodes",
+                self.num_nodes,
+                "1 with a cluster",
+                "On a cluster, num_processes counts every rank on every machine.",
+            )
 
     def replace(self, **changes: Any) -> LaunchConfig:
         """A copy with some fields changed (validated again)."""

@@ -7,6 +7,7 @@ notebook_launcher(fn, args, ...)
   -> shm.shipped: large buffers into shared memory once (or found in the cache)
   -> rendezvous.py: a TCPStore hosted here, on loopback at a port the OS picks
   -> Engine(...).run()  or, on TPU, xla.run(...)
+     or, with cluster="ray", backends.run_with_restarts(ray_backend.RayBackend)
   -> [result of rank 0, result of rank 1, ...]
 """
 
@@ -108,6 +109,12 @@ def launch(
     an event that, once set, stops every worker as a KeyboardInterrupt does.
     """
     payload, buffers = build(function, args, kwargs, env.snapshot())
+    if config.cluster is not None:  # a cluster's ranks run elsewhere (backends.py)
+        from .backends import for_cluster, run_with_restarts
+
+        display = display or Display(output=config.output)
+        watch = _stoppable(None, stop)
+        return run_with_restarts(for_cluster(config), config, payload, buffers, display, watch)
     plan = hardware.resolve(config, machine)
     if config.fsdp is not None and plan.num_processes * config.num_nodes < 2:
         raise ConfigError(
@@ -182,6 +189,9 @@ def notebook_launcher(
     max_restarts: int | None = None,
     start_method: str | None = None,
     fsdp: Any = None,
+    cluster: str | None = None,
+    resources_per_worker: dict[str, float] | None = None,
+    placement_strategy: str | None = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` worker processes and return every result.
 
@@ -214,6 +224,14 @@ def notebook_launcher(
             (``"full"``, ``"grad_op"``, ``"no_shard"``, ``"hybrid"``), a dict of
             :class:`~notebook_accel.FsdpConfig` fields, or an FsdpConfig; ``False`` (or
             ``"no"``) clears an FSDP choice saved in the config file.
+        cluster: run the ranks on a cluster instead of this machine: ``"ray"`` (the Ray
+            cluster this process joined with ``ray.init``, else the one ``RAY_ADDRESS``
+            names) or ``"ray://HOST:PORT"`` (Ray Client). ``num_processes`` then counts
+            every rank on the cluster; each rank is a Ray actor.
+        resources_per_worker: on a cluster, what each rank reserves, e.g.
+            ``{"CPU": 4, "GPU": 1}`` (default ``{"CPU": 1}``); a GPU makes it a CUDA launch.
+        placement_strategy: on a cluster, ``"PACK"`` ranks on as few machines as possible
+            (default) or ``"SPREAD"`` them across machines.
 
     Arguments left at ``None`` take the config file's value (written by the panel's "Save as
     default" or ``notebook-accel config``); the banner names each value that came from it.
@@ -257,6 +275,9 @@ def notebook_launcher(
         max_restarts=max_restarts,
         start_method=start_method,
         fsdp=fsdp,
+        cluster=cluster,
+        resources_per_worker=resources_per_worker,
+        placement_strategy=placement_strategy,
     )
     return launch(function, args, kwargs, config)
 

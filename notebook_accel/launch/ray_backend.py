@@ -1,0 +1,590 @@
+"""The Ray cluster backend: one Ray actor per rank, placed by a placement group.
+
+    notebook (the Ray driver)                        the cluster
+    -------------------------                        -----------
+    connect: the cluster this process joined
+      (ray.init by the user), else RAY_ADDRESS,
+      else cluster="ray://HOST:PORT" (Ray Client)
+    prepare: ray.put(payload) once          ---->    object store (each node fetches it once)
+    each attempt:
+      placement group, N bundles of                  N bundles reserved (PACK or SPREAD)
+        resources_per_worker
+      mailbox actor (0 CPU, on the driver's node) <- output lines and Progress, in batches
+      N rank actors, bundle i each           ---->   where(): node id, node IP
+      ranks ordered by node (rank 0's node
+        first); rank 0's actor hosts the     ---->   TCPStore on its node's IP, port from the OS
+        TCPStore
+      run.remote(WorkerEnv, payload ref)     ---->   fds 1/2 -> pipes -> mailbox (a thread)
+                                                     env.install, unpickle, run the function
+      loop: mailbox.take() -> display                ("ok", cloudpickled value) through the
+            ray.wait(run refs) -> outcomes            object store, or ("failed", Failure)
+            watch (Stop), deadline
+      first failing rank's own exception (engine._rebuild), WorkerDiedError for a dead actor
+      finally: ray.kill every actor, remove the placement group: nothing stays reserved
+
+The actors print into pipes that their own thread relays, so the cell shows ``[rank N]`` whole
+lines (display.py) and never Ray's ``(pid=..., ip=...)`` prefixes. Every machine of the cluster
+needs notebook_accel and torch installed, as it needs them for Ray Train.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+
+from .. import env, hardware
+from ..config import LaunchConfig
+from ..errors import ConfigError, LaunchError, LaunchTimeoutError, WorkerDiedError
+from .channel import Failure, Progress, Sender
+from .display import Display
+from .payload import Payload, load
+
+__all__ = ["RayBackend", "connect", "describe_cluster"]
+
+_TICK = 0.1  # seconds between two looks at the mailbox and the ranks
+_PUSH = 0.05  # seconds between two batches of output an actor sends
+_COLLATERAL_GRACE = 10.0  # seconds a communication error waits for its root cause to show
+_READY_NOTE = 30.0  # seconds of waiting for the placement group before saying so
+
+Outcome = tuple[Any, ...]  # ("ok", bytes) | ("failed", Failure) | ("died", message, time)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(
+            "cluster",
+            "ray",
+            "a cluster engine that is installed",
+            "Install it with: pip install 'notebook_accel[ray]'",
+        ) from exc
+    return ray
+
+
+def connect(cluster: str) -> Any:
+    """The ``ray`` module, connected: to the cluster joined already, RAY_ADDRESS's, or ray://."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        return ray
+    if cluster.startswith("ray://"):
+        address: str | None = cluster
+    elif env.get("RAY_ADDRESS"):
+        address = None  # ray.init reads RAY_ADDRESS itself
+    else:
+        raise ConfigError(
+            "cluster",
+            cluster,
+            "a Ray cluster this notebook can reach",
+            "Join one first with ray.init(address=...), set RAY_ADDRESS, or pass "
+            "cluster='ray://HOST:PORT' (Ray Client).",
+        )
+    try:
+        # Our actors relay their own output; Ray's copy of it would only add prefixed lines.
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address or "$RAY_ADDRESS"
+        raise LaunchError(f"cannot connect to the Ray cluster {where}: {exc}") from exc
+    return ray
+
+
+def describe_cluster(ray: Any) -> str:
+    """One line: the nodes alive and the resources they have, e.g. for the panel."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    parts = [f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}"]
+    parts += [f"{total[k]:g} {k}" for k in ("CPU", "GPU") if total.get(k)]
+    return "Ray cluster: " + ", ".join(parts)
+
+
+# -- inside the cluster: the actors ------------------------------------------------------------
+class _Mailbox:
+    """Output and progress of every rank, collected until the notebook takes them."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, list[tuple[str, bytes]]]] = []
+
+    def put(self, rank: int, batch: list[tuple[str, bytes]]) -> None:
+        self.items.append((rank, batch))
+
+    def take(self) -> list[tuple[int, list[tuple[str, bytes]]]]:
+        items, self.items = self.items, []
+        return items
+
+
+class _Relay:
+    """In a rank's actor: fds 1 and 2 into pipes; a thread sends what they carry in batches.
+
+    It also stands in for the worker's message pipe (``send_bytes``), so that the worker-side
+    ``tqdm`` (progress.py) reports through the same batches, in order with the lines.
+    """
+
+    def __init__(self, mailbox: Any, rank: int) -> None:
+        self.mailbox = mailbox
+        self.rank = rank
+        self._lock = threading.Lock()
+        self._batch: list[tuple[str, bytes]] = []
+        self._last: Any = None
+        self._done = threading.Event()
+        self._readers: list[threading.Thread] = []
+        self._pusher = threading.Thread(target=self._push_loop, daemon=True)
+
+    def start(self) -> None:
+        from .worker import _line_buffered_stdio
+
+        for fd, stream in ((1, "stdout"), (2, "stderr")):
+            read_end, write_end = os.pipe()
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            reader = threading.Thread(target=self._read, args=(read_end, stream), daemon=True)
+            reader.start()
+            self._readers.append(reader)
+        _line_buffered_stdio()
+        self._pusher.start()
+
+    def _read(self, fd: int, stream: str) -> None:
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except OSError:
+                break
+            if not data:
+                break
+            self._add(stream, data)
+        os.close(fd)
+
+    def _add(self, kind: str, data: bytes) -> None:
+        with self._lock:
+            self._batch.append((kind, data))
+
+    def send_bytes(self, data: bytes) -> None:
+        self._add("message", data)
+
+    def _push(self) -> None:
+        with self._lock:
+            batch, self._batch = self._batch, []
+        if batch:
+            self._last = self.mailbox.put.remote(self.rank, batch)
+
+    def _push_loop(self) -> None:
+        while not self._done.wait(_PUSH):
+            self._push()
+
+    def finish(self, ray: Any) -> None:
+        """Send every line written so far; returns once the mailbox has them all."""
+        from .worker import _flush_all
+
+        _flush_all()
+        # The pipes' write ends are fds 1 and 2 only: pointing those at /dev/null ends the
+        # readers (unless a process the function started still holds a copy).
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+        for reader in self._readers:
+            reader.join(timeout=2.0)
+        self._done.set()
+        self._pusher.join(timeout=2.0)
+        self._push()
+        if self._last is not None:
+            # Calls from one process to an actor run in order: the last one done, all are.
+            with contextlib.suppress(Exception):
+                ray.get(self._last, timeout=30)
+
+
+class _RankActor:
+    """One rank of a launch, in a Ray worker process of its placement group bundle."""
+
+    def __init__(self, mailbox: Any) -> None:
+        self.mailbox = mailbox
+        self._held = contextlib.ExitStack()
+
+    def where(self) -> tuple[str, str]:
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
+    def host_store(self, host: str, world_size: int) -> int:
+        """Rank 0: host this attempt's TCPStore on its node; every rank joins it as a client."""
+        from .rendezvous import _hosted
+
+        _store, port = self._held.enter_context(_hosted(host, 0, world_size))
+        return int(port)
+
+    def run(self, worker: env.WorkerEnv, payload: Payload) -> Outcome:
+        import ray
+
+        from .. import progress
+        from .worker import _finish_distributed
+
+        relay = _Relay(self.mailbox, worker.rank)
+        relay.start()
+        # The node's environment stays (Ray's CUDA_VISIBLE_DEVICES, paths); the notebook's
+        # does not travel to other machines. The distributed variables are added.
+        env.install(env.snapshot(), worker)
+        progress.attach(Sender(relay))  # type: ignore[arg-type]
+        outcome: Outcome
+        try:
+            function, args, kwargs = load(payload)
+            value = function(*args, **kwargs)
+            try:
+                outcome = ("ok", cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+            except Exception as exc:
+                raise TypeError(
+                    f"the function returned {type(value).__qualname__}, which cannot be "
+                    f"pickled back to the notebook ({exc}); return plain data."
+                ) from exc
+        except SystemExit as exc:
+            # A ported script may end with sys.exit(0): a clean finish returning None.
+            if exc.code in (None, 0):
+                outcome = ("ok", cloudpickle.dumps(None))
+            else:
+                outcome = ("failed", Failure.from_exception(exc))
+        except BaseException as exc:
+            if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+                exc = exc.with_traceback(exc.__traceback__.tb_next)  # start at the user's frame
+            outcome = ("failed", Failure.from_exception(exc))
+        progress.detach()
+        if outcome[0] == "ok":
+            with contextlib.suppress(Exception):
+                _finish_distributed()
+        relay.finish(ray)  # every line reaches the notebook before the outcome does
+        return outcome
+
+
+# -- in the notebook: the driver ---------------------------------------------------------------
+def _split_resources(resources: dict[str, float]) -> dict[str, Any]:
+    """A bundle's resources as actor options (num_cpus, num_gpus, memory, resources)."""
+    options: dict[str, Any] = {
+        "num_cpus": resources.get("CPU", 0),
+        "num_gpus": resources.get("GPU", 0),
+    }
+    if "memory" in resources:
+        options["memory"] = resources["memory"]
+    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+def _rank_order(places: list[tuple[str, str]]) -> list[int]:
+    """Bundle indices in rank order: bundle 0's node first, each node's ranks contiguous."""
+    nodes: list[str] = []
+    for node, _ in places:
+        if node not in nodes:
+            nodes.append(node)
+    return sorted(range(len(places)), key=lambda i: (nodes.index(places[i][0]), i))
+
+
+def _died(rank: int, error: BaseException) -> WorkerDiedError:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    reason = next((line for line in lines if "died" in line or "node" in line), "")
+    died = WorkerDiedError(rank, -signal.SIGKILL)
+    died.args = (
+        f"rank {rank}'s Ray actor died without a Python exception (its process or its node "
+        f"ended). Ray says: {reason or (lines[0] if lines else type(error).__name__)}",
+    )
+    return died
+
+
+class RayBackend:
+    """The ranks of a launch as Ray actors in a placement group (see the module docstring)."""
+
+    name = "ray"
+
+    def __init__(self, config: LaunchConfig) -> None:
+        self.config = config
+        self.ray = connect(config.cluster or "ray")
+        requested = dict(config.resources_per_worker or {})
+        if config.hardware == "cuda" and not requested.get("GPU"):
+            requested["GPU"] = 1
+        if not requested.get("CPU") and not requested.get("GPU"):
+            requested["CPU"] = 1
+        self.resources: dict[str, float] = requested
+        self._payload: Payload | None = None
+        self._payload_ref: Any = None
+        self._plan: hardware.Plan | None = None
+
+    # -- Backend ----------------------------------------------------------------------------
+    def plan(self) -> hardware.Plan:
+        """Hardware from the resources each rank requests; ranks bounded by the cluster's."""
+        config, ray = self.config, self.ray
+        gpu = self.resources.get("GPU", 0) > 0
+        if config.hardware not in ("auto", "cpu", "cuda") or (config.hardware == "cpu" and gpu):
+            raise ConfigError(
+                "hardware",
+                config.hardware,
+                "'auto', 'cpu' or 'cuda' on a Ray cluster ('cuda' when GPU is requested)",
+            )
+        total = ray.cluster_resources()
+        every_gpu = int(total.get("GPU", 0) // self.resources["GPU"]) if gpu else 2
+        n = config.num_processes or every_gpu
+        for key, amount in self.resources.items():
+            if amount and amount * n > total.get(key, 0):
+                fits = int(total.get(key, 0) // amount)
+                raise ConfigError(
+                    "num_processes",
+                    n,
+                    f"at most {fits} ranks of {self.resources} on this cluster "
+                    f"({total.get(key, 0):g} {key} in all)",
+                )
+        # The local rules of precision, for the kind of device each rank gets.
+        local = config.replace(
+            hardware="cuda" if gpu else "cpu",
+            num_processes=1,
+            cluster=None,
+            resources_per_worker=None,
+            max_restarts=0,
+        )
+        machine = hardware.Machine(cpu_cores=1, cuda_names=("Ray GPU",) if gpu else ())
+        plan = hardware.resolve(local, machine)
+        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        label = f"{'CUDA' if gpu else 'CPU'} on a Ray cluster of {nodes} node" + (
+            "s" if nodes != 1 else ""
+        )
+        self._plan = dataclasses.replace(plan, num_processes=n, label=label)
+        return self._plan
+
+    def prepare(self, payload: Payload) -> None:
+        """Put the payload in the object store once; every actor reads that one copy."""
+        self._payload = payload
+        self._payload_ref = self.ray.put(payload)
+
+    def close(self) -> None:
+        self._payload_ref = None  # the object store frees it with the last reference
+
+    def run(
+        self,
+        attempt: int,
+        display: Display,
+        timeout: float | None,
+        watch: Callable[[], None] | None,
+    ) -> list[Any]:
+        """One attempt: a new placement group and actors, removed whatever the ending."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        assert self._plan is not None and self._payload is not None, "plan() and prepare() first"
+        ray = self.ray
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def check() -> None:
+            if watch is not None:
+                watch()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LaunchTimeoutError(timeout)  # type: ignore[arg-type]
+
+        n = self._plan.num_processes
+        group = placement_group(
+            [dict(self.resources) for _ in range(n)], strategy=self.config.placement_strategy
+        )
+        actors: list[Any] = []
+        mailbox: Any = None
+        try:
+            self._wait_ready(group, check, display)
+            mailbox, actors = self._start_actors(group, n)
+            order, envs = self._rendezvous(actors, check, attempt)
+            for rank in range(n):
+                display.rank_state(rank, "running")
+            refs = {
+                actors[index].run.remote(envs[rank], self._payload_ref): rank
+                for rank, index in enumerate(order)
+            }
+            outcomes = self._supervise(refs, mailbox, display, check)
+        finally:
+            for actor in actors:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
+            if mailbox is not None:
+                with contextlib.suppress(Exception):
+                    ray.kill(mailbox, no_restart=True)
+            with contextlib.suppress(Exception):
+                remove_placement_group(group)
+            for rank in range(n):
+                display.end(rank, "stdout")
+                display.end(rank, "stderr")
+        return self._results(outcomes)
+
+    # -- the steps of an attempt ------------------------------------------------------------
+    def _wait_ready(self, group: Any, check: Callable[[], None], display: Display) -> None:
+        ready = group.ready()
+        since = time.monotonic()
+        noted = False
+        while not self.ray.wait([ready], timeout=_TICK)[0]:
+            check()
+            if not noted and time.monotonic() - since > _READY_NOTE:
+                noted = True
+                display.banner(
+                    f"waiting for the cluster to free {self._plan.num_processes} x "  # type: ignore[union-attr]
+                    f"{self.resources} (other jobs hold them)"
+                )
+
+    def _start_actors(self, group: Any, n: int) -> tuple[Any, list[Any]]:
+        from ray.util.scheduling_strategies import (
+            NodeAffinitySchedulingStrategy,
+            PlacementGroupSchedulingStrategy,
+        )
+
+        ray = self.ray
+        here = ray.get_runtime_context().get_node_id()
+        mailbox = (
+            ray.remote(_Mailbox)
+            .options(
+                num_cpus=0,
+                max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True),
+            )
+            .remote()
+        )
+        remote_rank = ray.remote(_RankActor)
+        options = _split_resources(self.resources)
+        actors = [
+            remote_rank.options(
+                max_restarts=0,
+                max_task_retries=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=group, placement_group_bundle_index=i
+                ),
+                **options,
+            ).remote(mailbox)
+            for i in range(n)
+        ]
+        return mailbox, actors
+
+    def _wait(self, refs: list[Any], check: Callable[[], None]) -> list[Any]:
+        while len(self.ray.wait(refs, num_returns=len(refs), timeout=_TICK)[0]) < len(refs):
+            check()
+        try:
+            return list(self.ray.get(refs))
+        except self.ray.exceptions.RayActorError as exc:
+            raise LaunchError(f"a rank's Ray actor could not start: {exc}") from None
+
+    def _rendezvous(
+        self, actors: list[Any], check: Callable[[], None], attempt: int
+    ) -> tuple[list[int], list[env.WorkerEnv]]:
+        from .network import interface_for
+
+        places = self._wait([a.where.remote() for a in actors], check)
+        order = _rank_order(places)
+        master = places[order[0]][1]
+        world = len(actors)
+        (port,) = self._wait([actors[order[0]].host_store.remote(master, world)], check)
+        loopback = master.startswith("127.")
+        extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
+        extra += env.launch_variables(**self.config.worker_options()).items()
+        if not loopback and not env.get("GLOO_SOCKET_IFNAME"):
+            # gloo binds to what the host name resolves to unless told the interface; the
+            # driver's view of the interface is a guess for nodes that look like it.
+            name = interface_for(master)
+            if name:
+                extra.append(("GLOO_SOCKET_IFNAME", name))
+        nodes: list[str] = []
+        for index in order:
+            if places[index][0] not in nodes:
+                nodes.append(places[index][0])
+        envs = []
+        for rank, index in enumerate(order):
+            node = places[index][0]
+            local = [i for i in order if places[i][0] == node]
+            envs.append(
+                env.WorkerEnv(
+                    rank=rank,
+                    local_rank=local.index(index),
+                    world_size=world,
+                    local_world_size=len(local),
+                    node_rank=nodes.index(node),
+                    master_addr=master,
+                    master_port=port,
+                    device_type=self._plan.device_type,  # type: ignore[union-attr]
+                    backend=self._plan.backend,  # type: ignore[union-attr]
+                    loopback=loopback,
+                    extra=tuple(extra),
+                )
+            )
+        return order, envs
+
+    def _relay(self, mailbox: Any, display: Display) -> None:
+        try:
+            items = self.ray.get(mailbox.take.remote(), timeout=30)
+        except Exception:  # the mailbox's node died: the ranks' outcomes say why
+            return
+        for rank, batch in items:
+            for kind, data in batch:
+                if kind == "message":
+                    message = pickle.loads(data)
+                    if isinstance(message, Progress):
+                        display.progress(rank, message)
+                else:
+                    display.feed(rank, kind, data)
+
+    def _outcome(self, ref: Any) -> Outcome:
+        ray = self.ray
+        try:
+            outcome: Outcome = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            return ("died", exc, time.time())
+        except ray.exceptions.RayTaskError as exc:  # the actor method itself broke (a bug)
+            cause = exc.as_instanceof_cause()
+            return ("failed", Failure.from_exception(cause))
+        return outcome
+
+    def _supervise(
+        self,
+        refs: dict[Any, int],
+        mailbox: Any,
+        display: Display,
+        check: Callable[[], None],
+    ) -> dict[int, Outcome]:
+        from .engine import _collateral
+
+        ray = self.ray
+        pending = dict(refs)
+        outcomes: dict[int, Outcome] = {}
+        collateral_since: float | None = None
+        while pending:
+            check()
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=_TICK)
+            self._relay(mailbox, display)
+            for ref in ready:
+                rank = pending.pop(ref)
+                outcome = outcomes[rank] = self._outcome(ref)
+                display.rank_state(rank, "finished" if outcome[0] == "ok" else "failed")
+            problems = [o for o in outcomes.values() if o[0] != "ok"]
+            if any(o[0] == "died" or not _collateral(o[1]) for o in problems):
+                break  # a root cause: stop the others now
+            if problems:
+                # A peer's communication error: its cause (a death, a failure elsewhere)
+                # usually shows within moments; Ray notices a dead node after its health check.
+                collateral_since = collateral_since or time.monotonic()
+                if time.monotonic() - collateral_since > _COLLATERAL_GRACE:
+                    break
+        self._relay(mailbox, display)
+        for rank in pending.values():
+            display.rank_state(rank, "stopped")
+        return outcomes
+
+    def _results(self, outcomes: dict[int, Outcome]) -> list[Any]:
+        from .engine import _collateral, _rebuild
+
+        problems: list[tuple[bool, float, int]] = []
+        for rank, outcome in outcomes.items():
+            if outcome[0] == "failed":
+                problems.append((_collateral(outcome[1]), outcome[1].time, rank))
+            elif outcome[0] == "died":
+                problems.append((False, outcome[2], rank))
+        if problems:
+            _, _, rank = min(problems)
+            outcome = outcomes[rank]
+            world = self._plan.num_processes  # type: ignore[union-attr]
+            if outcome[0] == "died":
+                raise _died(rank, outcome[1])
+            raise _rebuild(rank, outcome[1], world, self._payload)  # type: ignore[arg-type]
+        return [cloudpickle.loads(outcomes[rank][1]) for rank in sorted(outcomes)]

@@ -1,0 +1,255 @@
+"""notebook_launcher(cluster="ray") on a real local Ray cluster: two nodes on 127.0.0.1.
+
+One cluster serves the whole module (starting one takes a while on two cores); the test that
+kills a node runs last.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from notebook_accel import notebook_launcher
+from notebook_accel.errors import ConfigError, RemoteTraceback
+from notebook_accel.launch import launch
+from notebook_accel.launch.channel import Progress
+from notebook_accel.launch.display import Display
+
+# Read when ray is imported: keep every node on 127.0.0.1 (else Ray swaps in the machine's
+# interface address); no usage statistics.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.timeout(600)
+
+# Ray notices a dead node after its health check; the default (tens of seconds) is long for a test.
+_FAST_HEALTH_CHECK = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    from ray.cluster_utils import Cluster
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("RAY_ADDRESS", raising=False)
+        local = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 2,
+                "node_ip_address": "127.0.0.1",
+                "include_dashboard": False,
+                "_system_config": _FAST_HEALTH_CHECK,
+            },
+        )
+        try:
+            local.add_node(num_cpus=2, node_ip_address="127.0.0.1")
+            local.wait_for_nodes()
+            ray.init(address=local.address, log_to_driver=False)
+            yield local
+        finally:
+            ray.shutdown()
+            local.shutdown()
+
+
+def _all_free(timeout: float = 10.0) -> bool:
+    """Every CPU is available again and no placement group is left."""
+    from ray.util import placement_group_table
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        free = ray.available_resources().get("CPU", 0) == ray.cluster_resources().get("CPU")
+        groups = [g for g in placement_group_table().values() if g["state"] != "REMOVED"]
+        if free and not groups:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _train(steps: int) -> dict[str, Any]:
+    import os
+
+    import ray as ray_in_actor
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(rank)  # each rank its own data
+    for _ in range(steps):
+        x = torch.randn(8, 4, generator=generator)
+        loss = ddp(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    total = torch.tensor([float(rank)])
+    dist.all_reduce(total)
+    return {
+        "rank": rank,
+        "world": dist.get_world_size(),
+        "sum": total.item(),
+        "weights": [p.detach().tolist() for p in model.parameters()],
+        "node": ray_in_actor.get_runtime_context().get_node_id(),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "node_rank": int(os.environ["GROUP_RANK"]),
+    }
+
+
+def test_four_ranks_on_two_nodes_train_to_identical_weights(cluster: Any) -> None:
+    results = notebook_launcher(
+        _train, args=(5,), num_processes=4, cluster="ray", placement_strategy="SPREAD"
+    )
+    assert [r["rank"] for r in results] == [0, 1, 2, 3]
+    assert {r["world"] for r in results} == {4}
+    assert {r["sum"] for r in results} == {6.0}
+    assert all(r["weights"] == results[0]["weights"] for r in results)
+    assert len({r["node"] for r in results}) == 2  # SPREAD: both nodes
+    # Each node's ranks are contiguous, rank 0's node first, local ranks count from 0.
+    assert [r["node_rank"] for r in results] == [0, 0, 1, 1]
+    assert [r["local_rank"] for r in results] == [0, 1, 0, 1]
+    assert _all_free()
+
+
+class _Recording(Display):
+    def __init__(self) -> None:
+        super().__init__(output="all")
+        self.bars: list[tuple[int, Progress]] = []
+
+    def progress(self, rank: int, message: Progress) -> None:
+        self.bars.append((rank, message))
+
+
+def _chatty(fail_on: int | None) -> int:
+    import os
+    import sys
+
+    from notebook_accel import tqdm
+
+    rank = int(os.environ["RANK"])
+    print(f"hello from {rank}")
+    print(f"to stderr {rank}", file=sys.stderr)
+    for _ in tqdm(range(3), desc="steps"):
+        pass
+    os.system(f"echo from a child process of {rank}")  # C-level writes to fd 1 arrive too
+    if rank == fail_on:
+        raise ValueError(f"bad value on rank {rank}")
+    return rank * 10
+
+
+def test_output_progress_results_and_error_as_locally(
+    cluster: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    display = _Recording()
+    config = _config(num_processes=2)
+    assert launch(_chatty, (None,), None, config, display=display) == [0, 10]
+    out, err = capsys.readouterr()
+    for rank in (0, 1):
+        assert f"[rank {rank}] hello from {rank}\n" in out
+        assert f"[rank {rank}] from a child process of {rank}\n" in out
+        assert f"[rank {rank}] to stderr {rank}\n" in err
+    assert "pid=" not in out + err  # no Ray log prefixes
+    closed = [m for rank, m in display.bars if rank == 0 and m.closed]
+    assert closed and closed[-1].n == 3 and closed[-1].desc == "steps"
+    assert _all_free()
+
+    # A second launch in a row on the same cluster, one rank raising.
+    with pytest.raises(ValueError, match="bad value on rank 1") as raised:
+        notebook_launcher(_chatty, args=(1,), num_processes=2, cluster="ray")
+    cause = raised.value.__cause__
+    assert isinstance(cause, RemoteTraceback)
+    assert "_chatty" in str(cause) and "raise ValueError" in str(cause)
+    assert raised.value.rank == 1  # type: ignore[attr-defined]
+    assert _all_free()
+
+
+def _config(**changes: Any) -> Any:
+    from notebook_accel.config import LaunchConfig
+
+    return LaunchConfig(cluster="ray", hardware="cpu", **changes)
+
+
+def _wait_then_sleep(marker: str) -> None:
+    from pathlib import Path
+
+    Path(marker, os.environ["RANK"]).write_text("started")
+    time.sleep(600)
+
+
+def test_stop_frees_every_actor_and_the_placement_group(cluster: Any, tmp_path: Path) -> None:
+    stop = threading.Event()
+
+    def press_stop() -> None:
+        while len(list(tmp_path.iterdir())) < 2:
+            time.sleep(0.1)
+        stop.set()
+
+    threading.Thread(target=press_stop, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        launch(_wait_then_sleep, (str(tmp_path),), None, _config(num_processes=2), stop=stop)
+    assert time.monotonic() - started < 120
+    assert _all_free(timeout=10.0)
+
+
+def _until_node_dies(marker: str) -> str:
+    import os
+    import time
+    from pathlib import Path
+
+    import ray as ray_in_actor
+
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    node = ray_in_actor.get_runtime_context().get_node_id()
+    Path(marker, f"{attempt}-{os.environ['RANK']}").write_text(node)
+    if attempt == "0":
+        time.sleep(600)
+    return f"attempt {attempt}"
+
+
+def test_a_dead_node_is_reported_and_the_restart_runs_elsewhere(
+    cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    worker_node = cluster.list_all_nodes()[1]
+
+    def kill_worker_node() -> None:
+        while len(list(tmp_path.glob("0-*"))) < 2:
+            time.sleep(0.1)
+        cluster.remove_node(worker_node, allow_graceful=False)
+
+    threading.Thread(target=kill_worker_node, daemon=True).start()
+    results = notebook_launcher(
+        _until_node_dies,
+        args=(str(tmp_path),),
+        num_processes=2,
+        cluster="ray",
+        placement_strategy="SPREAD",
+        max_restarts=1,
+    )
+    assert results == ["attempt 1", "attempt 1"]
+    out = capsys.readouterr().out
+    assert "WorkerDiedError" in out and "restart 1 of 1" in out
+    nodes = {p.read_text() for p in tmp_path.glob("0-*")}
+    assert worker_node.node_id in nodes  # attempt 0 had a rank on the node that died
+    assert _all_free()
+
+
+def test_bad_cluster_arguments_fail_before_anything_starts() -> None:
+    with pytest.raises(ConfigError, match="cluster"):
+        notebook_launcher(_chatty, args=(None,), cluster="slurm")
+    with pytest.raises(ConfigError, match="resources_per_worker"):
+        notebook_launcher(_chatty, args=(None,), resources_per_worker={"CPU": 1})
+    with pytest.raises(ConfigError, match="placement_strategy"):
+        notebook_launcher(_chatty, args=(None,), cluster="ray", placement_strategy="STRICT")

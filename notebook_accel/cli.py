@@ -5,6 +5,7 @@ notebook-accel launch [options] script.py [script args]
   1 machine:  the notebook launcher's engine runs the script in every worker
               (same rank-prefixed output, same errors); exit code 0, or 1 on failure
   N machines: torch.distributed.run with c10d rendezvous (launch/elastic.py)
+  --cluster ray: the ranks run as Ray actors (launch/ray_backend.py); the script's text travels
 notebook-accel config [--default]   questions in the terminal -> the config file
 notebook-accel config --reset       delete the config file (built-in defaults again)
 notebook-accel env                  versions and hardware, for bug reports
@@ -45,6 +46,9 @@ _OPTIONS = {
     "output": "output",
     "timeout": "timeout",
     "fsdp": "fsdp",
+    "cluster": "cluster",
+    "resources_per_worker": "resources_per_worker",
+    "placement_strategy": "placement_strategy",
 }
 _FIELD_TO_OPTION = {field: f"--{option}" for option, field in _OPTIONS.items()}
 _FIELD_TO_OPTION["script"] = "script"
@@ -84,6 +88,21 @@ def _launch_parser(sub: Any) -> None:
     )
     _add(
         p,
+        "cluster",
+        metavar="ray|ray://HOST:PORT",
+        help="run the ranks on a Ray cluster (RAY_ADDRESS, or one started on this machine); "
+        "--num_processes then counts every rank on the cluster",
+    )
+    _add(
+        p,
+        "resources_per_worker",
+        type=_json_object,
+        metavar="JSON",
+        help='on a cluster, what each rank reserves, e.g. \'{"CPU": 4, "GPU": 1}\'',
+    )
+    _add(p, "placement_strategy", choices=("PACK", "SPREAD"), help="on a cluster: PACK or SPREAD")
+    _add(
+        p,
         "rendezvous_timeout",
         type=float,
         metavar="SECONDS",
@@ -93,6 +112,18 @@ def _launch_parser(sub: Any) -> None:
     p.add_argument("script", help="the Python script to run")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(handler=_launch)
+
+
+def _json_object(text: str) -> Any:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("a JSON object is expected, e.g. '{\"CPU\": 2}'")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,14 +190,19 @@ def _config_from(args: argparse.Namespace) -> LaunchConfig:
 
 def _launch(args: argparse.Namespace) -> int:
     from .launch import launch
-    from .launch.script import checked_script, run_script
+    from .launch.script import checked_script, run_script, run_script_text
 
     script = checked_script(args.script)
     config = _config_from(args)
     if config.num_nodes > 1:
         return _launch_elastic(args, config, script)
+    function: Callable[..., None] = run_script
+    call: tuple[Any, ...] = (script, list(args.script_args))
+    if config.cluster is not None:  # other machines may not have the file: send its text
+        function = run_script_text
+        call = (script, Path(script).read_text(encoding="utf-8"), list(args.script_args))
     try:
-        launch(run_script, (script, list(args.script_args)), None, config)
+        launch(function, call, None, config)
     except ConfigError:
         raise
     except SystemExit as exc:  # the script called sys.exit(n) with n != 0 on some rank

@@ -16,6 +16,7 @@ serving widget messages (the Stop button) while the workers run.
 from __future__ import annotations
 
 import html
+import sys
 import threading
 import time
 import traceback
@@ -83,6 +84,7 @@ class LaunchPanel(w.VBox):
         self.results: list[Any] | None = None
         self.error: BaseException | None = None
         self._kinds = {k.name: k for k in hardware.kinds(self.machine)}
+        self._cluster = _ray_cluster()  # (description, CPUs, GPUs) of a joined Ray cluster
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         saved, problem = _saved_choices()
@@ -107,7 +109,8 @@ class LaunchPanel(w.VBox):
         self.hardware = w.Dropdown(
             description="Hardware",
             style=style,
-            options=[(k.describe(self.machine), k.name) for k in self._kinds.values()],
+            options=[(k.describe(self.machine), k.name) for k in self._kinds.values()]
+            + ([(self._cluster[0], _RAY)] if self._cluster else []),
         )
         self.processes = w.BoundedIntText(description="Processes", min=1, value=1, style=style)
         self.precision = w.Dropdown(description="Mixed precision", style=style)
@@ -136,6 +139,16 @@ class LaunchPanel(w.VBox):
 
     def _hardware_changed(self) -> None:
         """Bound the processes and offer the precisions of the chosen hardware."""
+        if self.hardware.value == _RAY and self._cluster:
+            _, cpus, gpus = self._cluster  # one rank per GPU, else per CPU, of the cluster
+            bound = max(1, gpus or cpus)
+            self.processes.max = bound
+            self.processes.value = min(bound if gpus else 2, bound)
+            precisions: tuple[str, ...] = ("no", "fp16", "bf16") if gpus else ("no", "bf16")
+            current = self.precision.value
+            self.precision.options = list(precisions)
+            self.precision.value = current if current in precisions else "no"
+            return
         kind = self._kinds[self.hardware.value]
         bound = kind.count(self.machine) or self.machine.cpu_cores
         self.processes.max = bound
@@ -171,10 +184,13 @@ class LaunchPanel(w.VBox):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a broken file was reported when the panel opened
             base = LaunchConfig.from_defaults()
+        if self.hardware.value == _RAY and self._cluster:
+            gpu = {"GPU": 1} if self._cluster[2] else None
+            base = base.replace(cluster="ray", resources_per_worker=gpu, num_nodes=1)
         return base.replace(
             # The panel's own controls decide these, whatever the file said.
             from_file=tuple(k for k in base.from_file if k not in _PANEL_FIELDS),
-            hardware=self.hardware.value,
+            hardware="auto" if self.hardware.value == _RAY else self.hardware.value,
             num_processes=self.processes.value,
             mixed_precision=self.precision.value,
             gradient_accumulation_steps=self.accumulation.value,
@@ -194,7 +210,8 @@ class LaunchPanel(w.VBox):
             return
         try:
             config = self.launch_config
-            hardware.resolve(config, self.machine)  # bad choices are reported before starting
+            if config.cluster is None:  # bad choices are reported before starting
+                hardware.resolve(config, self.machine)
         except ConfigError as exc:
             self._say(str(exc), warn=True)
             return
@@ -419,6 +436,23 @@ class _WidgetBar:
 
     def close(self) -> None:
         """Nothing to release: the bar stays in the panel, showing its last state."""
+
+
+_RAY = "ray"  # the hardware dropdown's value for the Ray cluster
+
+
+def _ray_cluster() -> tuple[str, int, int] | None:
+    """A Ray cluster this kernel joined (``ray.init``): its description, CPUs and GPUs."""
+    ray = sys.modules.get("ray")  # never imported here: a joined cluster imported it already
+    try:
+        if ray is None or not ray.is_initialized():
+            return None
+        from .launch.ray_backend import describe_cluster
+
+        total = ray.cluster_resources()
+        return describe_cluster(ray), int(total.get("CPU", 0)), int(total.get("GPU", 0))
+    except Exception:  # an unreachable cluster is not offered
+        return None
 
 
 def _saved_choices() -> tuple[dict[str, Any], str]:

@@ -76,24 +76,20 @@ def connect(cluster: str) -> Any:
     ray = _import_ray()
     if ray.is_initialized():
         return ray
-    if cluster.startswith("ray://"):
-        address: str | None = cluster
-    elif env.get("RAY_ADDRESS"):
-        address = None  # ray.init reads RAY_ADDRESS itself
-    else:
-        raise ConfigError(
-            "cluster",
-            cluster,
-            "a Ray cluster this notebook can reach",
-            "Join one first with ray.init(address=...), set RAY_ADDRESS, or pass "
-            "cluster='ray://HOST:PORT' (Ray Client).",
-        )
+    # "auto": RAY_ADDRESS, else a cluster started on this machine (`ray start --head`); never
+    # a new private cluster, which is what a bare ray.init() would start.
+    address = cluster if cluster.startswith("ray://") else "auto"
     try:
         # Our actors relay their own output; Ray's copy of it would only add prefixed lines.
         ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = address or "$RAY_ADDRESS"
-        raise LaunchError(f"cannot connect to the Ray cluster {where}: {exc}") from exc
+        raise ConfigError(
+            "cluster",
+            cluster,
+            "a Ray cluster this process can reach",
+            f"Connecting failed ({exc}). Join one first with ray.init(address=...), set "
+            "RAY_ADDRESS, or pass cluster='ray://HOST:PORT' (Ray Client).",
+        ) from exc
     return ray
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import tempfile
 from pathlib import Path
 
 from ..errors import ConfigError
 
-__all__ = ["checked_script", "run_script"]
+__all__ = ["checked_script", "run_script", "run_script_text"]
 
 
 def checked_script(path: str) -> str:
@@ -46,3 +47,26 @@ def run_script(path: str, argv: list[str]) -> None:
     if folder not in sys.path[:1]:
         sys.path.insert(0, folder)
     runpy.run_path(path, run_name="__main__")
+
+
+def run_script_text(path: str, text: str, argv: list[str]) -> None:
+    """Run a script that travelled as text (a cluster's other machines may not have the file).
+
+    Where ``path`` holds this very text (the launching machine, a shared disk) it runs from
+    there, next to its sibling modules; elsewhere from a copy in a temporary folder.
+
+    Example:
+        >>> run_script_text("/home/me/train.py", "print('hi')", [])  # doctest: +SKIP
+        hi
+    """
+    try:
+        same = Path(path).read_text(encoding="utf-8") == text
+    except OSError:
+        same = False
+    if same:
+        run_script(path, argv)
+        return
+    with tempfile.TemporaryDirectory(prefix="notebook-accel-script-") as folder:
+        copy = Path(folder) / Path(path).name
+        copy.write_text(text, encoding="utf-8")
+        run_script(str(copy), argv)

@@ -5,21 +5,16 @@ same function, which joins the gloo process group, all-reduces one tensor and re
 launcher runs it once (first launch) and then again (repeated launches; nothing is kept
 reserved between them), in this one process, one after the other.
 
-    python benchmarks/ray_launch.py            # needs `pip install 'notebook_accel[ray]' 'ray[train]'`
+    python benchmarks/ray_launch.py        # needs `pip install -e '.[bench]'` (ray[train])
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
-
-# Read when ray is imported: every node on 127.0.0.1, no usage statistics.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 RANKS = 4
 REPEATS = 3
@@ -65,15 +60,11 @@ def torch_trainer(storage: str) -> Callable[[], None]:
 
 
 def main() -> None:
-    import ray
-    from ray.cluster_utils import Cluster
+    from notebook_accel.launch.ray_local import local_cluster
 
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 2, "node_ip_address": "127.0.0.1", "include_dashboard": False},
-    )
-    cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1")
-    cluster.wait_for_nodes()
+    cluster = local_cluster(num_nodes=2, num_cpus=2)
+    import ray
+
     ray.init(address=cluster.address, log_to_driver=False)
     rows: dict[str, tuple[float, list[float]]] = {}
     try:

@@ -6,7 +6,6 @@ kills a node runs last.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -20,11 +19,8 @@ from notebook_accel.errors import ConfigError, RemoteTraceback
 from notebook_accel.launch import launch
 from notebook_accel.launch.channel import Progress
 from notebook_accel.launch.display import Display
+from notebook_accel.launch.ray_local import local_cluster
 
-# Read when ray is imported: keep every node on 127.0.0.1 (else Ray swaps in the machine's
-# interface address); no usage statistics.
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.timeout(600)
@@ -37,43 +33,11 @@ _FAST_HEALTH_CHECK = {
 }
 
 
-def _start_cluster() -> Any:
-    import psutil
-    from ray.cluster_utils import Cluster
-
-    # Ray gives a node 30 s to register with the head; on a loaded two-core machine that can
-    # run out. A failed start is tried again, after stopping the processes it left behind
-    # (our own children, known by pid).
-    me = psutil.Process()
-    for tries_left in (2, 1, 0):
-        before = {child.pid for child in me.children(recursive=True)}
-        local = Cluster(initialize_head=False)
-        try:
-            local.add_node(
-                num_cpus=2,
-                node_ip_address="127.0.0.1",
-                include_dashboard=False,
-                _system_config=_FAST_HEALTH_CHECK,
-            )
-            local.add_node(num_cpus=2, node_ip_address="127.0.0.1")
-            local.wait_for_nodes()
-            return local
-        except Exception:
-            local.shutdown()
-            for child in me.children(recursive=True):
-                if child.pid not in before:
-                    with contextlib.suppress(psutil.Error):
-                        child.kill()
-            if not tries_left:
-                raise
-    raise AssertionError("unreachable")
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Any:
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("RAY_ADDRESS", raising=False)
-        local = _start_cluster()
+        local = local_cluster(num_nodes=2, num_cpus=2, system_config=_FAST_HEALTH_CHECK)
         try:
             ray.init(address=local.address, log_to_driver=False)
             yield local
@@ -222,6 +186,16 @@ def test_stop_frees_every_actor_and_the_placement_group(cluster: Any, tmp_path: 
     with pytest.raises(KeyboardInterrupt):
         launch(_wait_then_sleep, (str(tmp_path),), None, _config(num_processes=2), stop=stop)
     assert time.monotonic() - started < 120
+    assert _all_free(timeout=10.0)
+
+
+def test_timeout_stops_the_ranks_and_frees_the_cluster(cluster: Any, tmp_path: Path) -> None:
+    from notebook_accel.errors import LaunchTimeoutError
+
+    with pytest.raises(LaunchTimeoutError):
+        notebook_launcher(
+            _wait_then_sleep, args=(str(tmp_path),), num_processes=2, cluster="ray", timeout=20
+        )
     assert _all_free(timeout=10.0)
 
 

@@ -286,7 +286,10 @@ def _rank_order(places: list[tuple[str, str]]) -> list[int]:
 
 def _died(rank: int, error: BaseException) -> WorkerDiedError:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    reason = next((line for line in lines if "died" in line or "node" in line), "")
+    # Ray's message names the node when the node died; else its first line about the death.
+    reason = next((line for line in lines if "node" in line.lower()), "") or next(
+        (line for line in lines if "died" in line), ""
+    )
     died = WorkerDiedError(rank, -signal.SIGKILL)
     died.args = (
         f"rank {rank}'s Ray actor died without a Python exception (its process or its node "

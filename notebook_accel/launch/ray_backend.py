@@ -328,8 +328,8 @@ class RayBackend:
                 "'auto', 'cpu' or 'cuda' on a Ray cluster ('cuda' when GPU is requested)",
             )
         total = ray.cluster_resources()
-        every_gpu = int(total.get("GPU", 0) // self.resources["GPU"]) if gpu else 2
-        n = config.num_processes or every_gpu
+        default = int(total.get("GPU", 0) // self.resources["GPU"]) if gpu else 2
+        n = config.num_processes or max(1, default)  # one rank per GPU, else 2 (as locally)
         for key, amount in self.resources.items():
             if amount and amount * n > total.get(key, 0):
                 fits = int(total.get(key, 0) // amount)
@@ -359,7 +359,8 @@ class RayBackend:
     def prepare(self, payload: Payload) -> None:
         """Put the payload in the object store once; every actor reads that one copy."""
         self._payload = payload
-        self._payload_ref = self.ray.put(payload)
+        # The actors keep their node's environment; the notebook's (tokens included) stays.
+        self._payload_ref = self.ray.put(dataclasses.replace(payload, environ={}))
 
     def close(self) -> None:
         self._payload_ref = None  # the object store frees it with the last reference

@@ -289,7 +289,12 @@ def test_a_dead_node_is_reported_and_the_restart_runs_elsewhere(
     assert _all_free()
 
 
-def test_bad_cluster_arguments_fail_before_anything_starts() -> None:
+def test_bad_cluster_arguments_fail_before_anything_starts(cluster: Any) -> None:
+    # More than the cluster has: a GPU on a CPU-only cluster, more CPUs than it holds.
+    with pytest.raises(ConfigError, match="num_processes"):
+        notebook_launcher(_chatty, args=(None,), cluster="ray", resources_per_worker={"GPU": 1})
+    with pytest.raises(ConfigError, match="num_processes"):
+        notebook_launcher(_chatty, args=(None,), num_processes=64, cluster="ray")
     with pytest.raises(ConfigError, match="cluster"):
         notebook_launcher(_chatty, args=(None,), cluster="slurm")
     with pytest.raises(ConfigError, match="resources_per_worker"):

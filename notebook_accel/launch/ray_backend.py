@@ -223,7 +223,7 @@ class _RankActor:
         import ray
 
         from .. import progress
-        from .worker import _finish_distributed
+        from .worker import _finish_distributed, _random_state
 
         relay = _Relay(self.mailbox, worker.rank)
         relay.start()
@@ -233,6 +233,7 @@ class _RankActor:
         progress.attach(Sender(relay))  # type: ignore[arg-type]
         outcome: Outcome
         try:
+            _random_state()  # the launch's seed=, as in a local worker
             function, args, kwargs = load(payload)
             value = function(*args, **kwargs)
             try:

@@ -6,7 +6,8 @@
       run_with_restarts(backend, ...): banner, attempts, restarts, display closed at the end
 
 A backend decides the plan from what it can reach (``plan``), takes the payload once
-(``prepare``: a cluster puts it where every machine can read it), runs one attempt of every
+(``prepare``: a cluster puts it, and its large buffers, where every machine can read
+them: its own transport at the seam of transport.py), runs one attempt of every
 rank (``run``: output and progress into the display, results in rank order, the first failing
 rank's own exception, nothing left running or reserved afterwards), and lets go of what it
 holds between attempts (``close``). Another cluster engine (SLURM through submitit, say) is
@@ -24,6 +25,7 @@ from ..config import LaunchConfig
 from ..errors import ConfigError, LaunchTimeoutError
 from .display import Display
 from .payload import Payload
+from .pickling import Outgoing
 
 __all__ = ["Backend", "for_cluster", "run_with_restarts"]
 
@@ -39,8 +41,8 @@ class Backend(Protocol):
         """Hardware, number of ranks and backend, from what the place offers."""
         ...
 
-    def prepare(self, payload: Payload) -> None:
-        """Take the payload once for every attempt and every rank."""
+    def prepare(self, payload: Payload, buffers: list[Outgoing]) -> None:
+        """Take the payload and its large buffers once, for every attempt and every rank."""
         ...
 
     def run(self, attempt: int, display: Display, timeout: float | None, watch: Watch) -> list[Any]:
@@ -66,6 +68,7 @@ def run_with_restarts(
     backend: Backend,
     config: LaunchConfig,
     payload: Payload,
+    buffers: list[Outgoing],
     display: Display,
     watch: Watch,
 ) -> list[Any]:
@@ -73,7 +76,7 @@ def run_with_restarts(
     plan = backend.plan()
     if config.fsdp is not None and plan.num_processes < 2:
         raise ConfigError("fsdp", config.fsdp.sharding_strategy, "FSDP with num_processes >= 2")
-    backend.prepare(payload)
+    backend.prepare(payload, buffers)
     try:
         note = config.file_note()
         display.banner(plan.describe() + (f"\n{note}" if note else ""))

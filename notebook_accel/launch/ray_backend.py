@@ -5,7 +5,9 @@
     connect: the cluster this process joined
       (ray.init by the user), else RAY_ADDRESS,
       else cluster="ray://HOST:PORT" (Ray Client)
-    prepare: ray.put(payload) once          ---->    object store (each node fetches it once)
+    prepare: ray.put(payload) once, and     ---->    object store (each node fetches it once)
+      each large buffer once (RayShipment,
+      the transport seam of transport.py)
     each attempt:
       placement group, N bundles of                  N bundles reserved (PACK or SPREAD)
         resources_per_worker
@@ -16,7 +18,7 @@
         TCPStore
       run.remote(WorkerEnv, payload ref)     ---->   fds 1/2 -> pipes -> mailbox (a thread)
                                                      env.install, unpickle, run the function
-      loop: mailbox.take() -> display                ("ok", cloudpickled value) through the
+      loop: mailbox.take() -> display                ("ok", Result: large buffers inside) via the
             ray.wait(run refs) -> outcomes            object store, or ("failed", Failure)
             watch (Stop), deadline
       first failing rank's own exception (engine._rebuild), WorkerDiedError for a dead actor
@@ -44,9 +46,11 @@ import cloudpickle
 from .. import env, hardware
 from ..config import LaunchConfig
 from ..errors import ConfigError, LaunchError, LaunchTimeoutError, WorkerDiedError
-from .channel import Failure, Progress, Sender
+from .channel import Failure, Progress, Result, Sender
 from .display import Display
 from .payload import Payload, load
+from .pickling import Outgoing
+from .transport import Shipment, unpack
 
 __all__ = ["RayBackend", "connect", "describe_cluster"]
 
@@ -55,7 +59,7 @@ _PUSH = 0.05  # seconds between two batches of output an actor sends
 _COLLATERAL_GRACE = 10.0  # seconds a communication error waits for its root cause to show
 _READY_NOTE = 30.0  # seconds of waiting for the placement group before saying so
 
-Outcome = tuple[Any, ...]  # ("ok", bytes) | ("failed", Failure) | ("died", message, time)
+Outcome = tuple[Any, ...]  # ("ok", Result) | ("failed", Failure) | ("died", error, time)
 
 
 def _import_ray() -> Any:
@@ -223,7 +227,7 @@ class _RankActor:
         import ray
 
         from .. import progress
-        from .worker import _finish_distributed, _random_state
+        from .worker import _finish_distributed, _pack, _random_state
 
         relay = _Relay(self.mailbox, worker.rank)
         relay.start()
@@ -237,7 +241,7 @@ class _RankActor:
             function, args, kwargs = load(payload)
             value = function(*args, **kwargs)
             try:
-                outcome = ("ok", cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+                outcome = ("ok", _pack(payload, value))
             except Exception as exc:
                 raise TypeError(
                     f"the function returned {type(value).__qualname__}, which cannot be "
@@ -246,7 +250,7 @@ class _RankActor:
         except SystemExit as exc:
             # A ported script may end with sys.exit(0): a clean finish returning None.
             if exc.code in (None, 0):
-                outcome = ("ok", cloudpickle.dumps(None))
+                outcome = ("ok", Result(cloudpickle.dumps(None)))
             else:
                 outcome = ("failed", Failure.from_exception(exc))
         except BaseException as exc:
@@ -259,6 +263,52 @@ class _RankActor:
                 _finish_distributed()
         relay.finish(ray)  # every line reaches the notebook before the outcome does
         return outcome
+
+
+# -- large buffers: Ray's object store at the transport seam -----------------------------------
+def _as_array(out: Outgoing) -> Any:
+    """A buffer as a uint8 numpy array: Ray stores those without pickling them."""
+    import numpy as np
+
+    if out.view is not None:
+        return np.frombuffer(out.view.cast("B"), dtype=np.uint8)
+    host = bytearray(out.nbytes)  # device memory: copied to the host first
+    out.copy_into(memoryview(host))
+    return np.frombuffer(host, dtype=np.uint8)
+
+
+class RayShipment(Shipment):
+    """The payload's large buffers as objects in Ray's store (transport.py's seam).
+
+    The notebook puts each buffer once; every node fetches it once, and each rank maps it
+    from the store and takes a private copy (the store's are read-only; a rank writing into
+    a captured tensor changes nobody else's). A rank's result buffers come back inside its
+    return value, which Ray keeps in the store under the notebook's ownership: objects a rank
+    put itself would die with its actor, which the launch kills at the end.
+    """
+
+    def __init__(self, refs: list[Any]) -> None:
+        self.refs = refs
+
+    def views(self) -> list[memoryview]:
+        import ray
+
+        return [memoryview(bytearray(array)) for array in ray.get(self.refs)]
+
+    def put(self, buffers: list[Outgoing]) -> Any:
+        return [bytes(_as_array(out)) for out in buffers]
+
+    def get(self, handle: Any) -> list[memoryview]:
+        return [memoryview(bytearray(data)) for data in handle]
+
+    def release(self) -> None:
+        self.refs = []
+
+
+def _value(shipment: Shipment | None, result: Result) -> Any:
+    if shipment is None:
+        return pickle.loads(result.value)
+    return unpack(shipment, result)
 
 
 # -- in the notebook: the driver ---------------------------------------------------------------
@@ -357,14 +407,18 @@ class RayBackend:
         self._plan = dataclasses.replace(plan, num_processes=n, label=label)
         return self._plan
 
-    def prepare(self, payload: Payload) -> None:
-        """Put the payload in the object store once; every actor reads that one copy."""
-        self._payload = payload
+    def prepare(self, payload: Payload, buffers: list[Outgoing]) -> None:
+        """Put the payload and each large buffer in the object store once, for every actor."""
+        shipment = RayShipment([self.ray.put(_as_array(out)) for out in buffers])
         # The actors keep their node's environment; the notebook's (tokens included) stays.
-        self._payload_ref = self.ray.put(dataclasses.replace(payload, environ={}))
+        self._payload = dataclasses.replace(payload, environ={}, shipment=shipment)
+        self._payload_ref = self.ray.put(self._payload)
 
     def close(self) -> None:
-        self._payload_ref = None  # the object store frees it with the last reference
+        # The object store frees the payload and its buffers with their last references.
+        if self._payload is not None and self._payload.shipment is not None:
+            self._payload.shipment.release()
+        self._payload_ref = None
 
     def run(
         self,
@@ -587,4 +641,5 @@ class RayBackend:
             if outcome[0] == "died":
                 raise _died(rank, outcome[1])
             raise _rebuild(rank, outcome[1], world, self._payload)  # type: ignore[arg-type]
-        return [cloudpickle.loads(outcomes[rank][1]) for rank in sorted(outcomes)]
+        shipment = self._payload.shipment  # type: ignore[union-attr]
+        return [_value(shipment, outcomes[rank][1]) for rank in sorted(outcomes)]

@@ -160,6 +160,28 @@ def test_output_progress_results_and_error_as_locally(
     assert _all_free()
 
 
+def test_captured_tensors_and_large_results_travel_through_the_object_store(
+    cluster: Any,
+) -> None:
+    import torch
+
+    data = torch.arange(1 << 20, dtype=torch.float32)  # 4 MiB: out of band, not in the pickle
+
+    def use(scale: float) -> tuple[float, Any]:
+        import os
+
+        rank = int(os.environ["RANK"])
+        data.add_(rank)  # a private copy: neither the notebook's nor the other rank's
+        return data.sum().item(), data[: 1 << 19] * scale  # a 2 MiB result
+
+    results = notebook_launcher(use, args=(2.0,), num_processes=2, cluster="ray")
+    base = float(sum(range(1 << 20)))
+    assert [total for total, _ in results] == [base, base + (1 << 20)]
+    assert torch.equal(results[1][1], (torch.arange(1 << 19, dtype=torch.float32) + 1) * 2)
+    assert torch.equal(data, torch.arange(1 << 20, dtype=torch.float32))  # untouched here
+    assert _all_free()
+
+
 def _config(**changes: Any) -> Any:
     from notebook_accel.config import LaunchConfig
 

@@ -3,6 +3,9 @@
     worker                                   parent
     ------                                   ------
     Progress(bar, n, total, desc, ...)  -->  display: draw/update a bar
+    Metrics(rows)   (rank 0's log() calls,  -->  display: the live chart (launch/charts.py)
+                     batched, ~4/s at most)
+    Health(rss, gpu, steps)  (~1/s)         -->  the panel's rank rows
     Result(value, handle)               -->  collect, in rank order (large buffers
                                              through shared memory, transport.py)
     Failure(type, message, traceback,   -->  stop the other ranks, re-raise in the cell
@@ -16,6 +19,7 @@ pickled with the standard library; values and exceptions inside them are cloudpi
 from __future__ import annotations
 
 import pickle
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -24,7 +28,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["Progress", "Result", "Failure", "Message", "Sender", "receive"]
+__all__ = ["Progress", "Metrics", "Health", "Result", "Failure", "Message", "Sender", "receive"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,24 @@ class Progress:
     unit: str = "it"
     closed: bool = False
     options: tuple[tuple[str, Any], ...] = ()
+
+
+# ---- live metrics and rank health (notebook_accel.live sends them) ---------------------------
+@dataclass(frozen=True)
+class Metrics:
+    """Rows logged by ``Accelerator.log`` since the last message: ``(step, {name: value})``."""
+
+    rows: tuple[tuple[int, dict[str, float]], ...]
+
+
+@dataclass(frozen=True)
+class Health:
+    """A rank's vital signs: resident memory, GPU memory (or None), steps taken so far."""
+
+    rss: int  # bytes
+    gpu: int | None  # bytes allocated by torch on the rank's GPU
+    steps: int | None  # Accelerator.backward() calls, None without an Accelerator
+    time: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -67,7 +89,7 @@ class Failure:
         return cls(f"{kind.__module__}.{kind.__qualname__}", str(exc), text, blob)
 
 
-Message = Progress | Result | Failure
+Message = Progress | Metrics | Health | Result | Failure
 
 
 class Sender:
@@ -75,10 +97,14 @@ class Sender:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        # The health thread sends too: one message's bytes must not interleave with another's.
+        self._lock = threading.Lock()
 
     def send(self, message: Message) -> bool:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self._conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+            with self._lock:
+                self._conn.send_bytes(data)
         except (OSError, ValueError):
             return False
         return True
@@ -87,6 +113,6 @@ class Sender:
 def receive(conn: Connection) -> Message:
     """The parent's end: read one message (raises EOFError when the worker closed it)."""
     message = pickle.loads(conn.recv_bytes())
-    if not isinstance(message, Progress | Result | Failure):
+    if not isinstance(message, Progress | Metrics | Health | Result | Failure):
         raise TypeError(f"unexpected message from a worker: {type(message).__name__}")
     return message

@@ -8,6 +8,7 @@ Process(target=worker.main).start()  -------->   fork -> worker.main(rank ...)
 loop over selectors:
   stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
   Progress              -> display.progress
+  Metrics, Health       -> display.metrics (live chart), display.health (panel rows)
   Result                -> results[rank] (large buffers mapped from shared memory)
   Failure               -> stop the others, re-raise the earliest failure
   a worker's sentinel   -> died without a message? WorkerDiedError
@@ -37,7 +38,7 @@ from typing import Any
 from .. import env
 from ..errors import LaunchTimeoutError, RemoteTraceback, WorkerDiedError, WorkerError
 from . import worker as worker_module
-from .channel import Failure, Progress, Result, receive
+from .channel import Failure, Health, Metrics, Progress, Result, receive
 from .display import Display
 from .payload import Payload, annotate_traceback
 from .transport import unpack
@@ -248,6 +249,10 @@ class Engine:
             self.display.rank_state(rank.rank, "failed")
         elif isinstance(message, Progress):
             self.display.progress(rank.rank, message)
+        elif isinstance(message, Metrics):
+            self.display.metrics(rank.rank, message)
+        elif isinstance(message, Health):
+            self.display.health(rank.rank, message)
 
     def _unregister(self, fileobj: Any) -> None:
         if isinstance(fileobj, Connection) and fileobj.closed:
@@ -295,6 +300,7 @@ class Engine:
                 break
             if self.watch is not None:
                 self.watch()
+            self.display.tick()
             wait = _TICK
             if deadline is not None:
                 left = deadline - time.monotonic()

@@ -6,6 +6,7 @@ forkserver child
   -> lifeline thread: the parent died -> kill our process group
   -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
   -> random generators: fresh entropy, or the launch's seed
+  -> live.start: the health thread; Accelerator.log rows batched to the parent
   -> map the payload's shared memory (copy-on-write), unpickle the call, run it
   -> Result(value; large buffers through shared memory) or Failure(exception)
   -> unlink the semaphores it created, os._exit
@@ -186,9 +187,10 @@ def main(
     _plain_start_method()
     env.install(payload.environ, worker)
     sender = Sender(conn)
-    from .. import progress
+    from .. import live, progress
 
     progress.attach(sender)
+    live.start(sender)  # [metrics] rank 0's log() rows and every rank's health, to the parent
     failed = True
     try:
         _cpu_threads(worker, payload.environ)
@@ -216,6 +218,7 @@ def main(
             exc = exc.with_traceback(exc.__traceback__.tb_next)  # start at the user's frame
         sender.send(Failure.from_exception(exc))
     progress.detach()
+    live.stop()  # the last logged rows leave before the Result
     if not failed:
         with contextlib.suppress(Exception):
             _finish_distributed()

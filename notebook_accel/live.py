@@ -1,16 +1,17 @@
 """Worker side of the live chart and of the panel's per-rank health.
 
     rank 0: Accelerator.log(values, step)
-              -> Relay.add: append (step, values) to a list     (the hot path: no clock)
-                 every `stride` calls: read the clock;
-                 every 0.25 s: Metrics(rows since the last send)  --> parent: chart, rows
+              -> Relay.add: count the call, remember it as the latest (the hot path)
+                 one call in `every` is kept (every=1 up to ~1000 rows/s, then thinned)
+                 every 0.25 s: Metrics(kept rows + the latest)  --> parent: chart, rows
     every rank: a daemon thread, every second:
                  Health(rss, gpu memory, steps)                    --> parent: panel rows
     the function returns or raises: stop() sends the rows still pending
 
-Every logged row reaches the parent (batched: a loop logging each iteration sends a few
-messages per second, not one per call). Values are converted to floats when a batch is sent,
-so ``log`` itself only appends. Outside a launch there is no relay and nothing is sent.
+A loop logging every iteration sends a few messages a second, not one per call, and its rows
+are thinned evenly to about 1000 a second (a slower logger's rows all arrive); the last call
+is always sent. Values are converted to floats when a batch is sent, so ``log`` itself only
+counts. Outside a launch there is no relay and nothing is sent.
 """
 
 from __future__ import annotations
@@ -30,59 +31,74 @@ if TYPE_CHECKING:
 __all__ = ["Relay", "start", "stop", "relay", "count_steps"]
 
 _INTERVAL = 0.25  # seconds between two Metrics messages: at most ~4 a second
-_CHECKS_PER_INTERVAL = 20  # clock reads aimed for per interval
-_MAX_STRIDE = 1 << 14
+_BUDGET = 256  # rows kept per interval (~1000 a second); a faster logger is thinned evenly
 _HEALTH_INTERVAL = 1.0
 
 
 class Relay:
-    """Batches ``Accelerator.log`` rows and sends them a few times a second."""
+    """Keeps ``Accelerator.log`` rows and sends them in batches a few times a second.
+
+    Every row is kept while a loop logs fewer than about ``4 * _BUDGET`` rows a second; a
+    faster loop keeps one call in ``every`` (a power of two that adapts), so the notebook's
+    chart and rows stay light whatever the logging rate. The latest call is always sent.
+    """
 
     def __init__(self, sender: Sender, interval: float = _INTERVAL) -> None:
         self._sender = sender
         self._interval = interval
-        self._rows: list[tuple[int | None, dict[str, Any]]] = []
-        self._logged = 0  # rows sent so far: the step of a row logged without one
-        self._stride = 1
-        self._check = 1
-        self._last = time.perf_counter()
-        self._due = self._last + interval
+        # (call index, step, values) of the kept calls since the last send
+        self._rows: list[tuple[int, int | None, dict[str, Any]]] = []
+        self._count = 0  # log calls so far
+        self._next = 1  # the call count at which the next row is kept
+        self._every = 1
+        self._cap = _BUDGET
+        self._latest: tuple[int | None, dict[str, Any]] | None = None
+        self._sent_upto = 0  # call count covered by the last send
+        self._due = time.perf_counter() + interval
 
     def add(self, step: int | None, values: dict[str, Any]) -> None:
-        """Keep one logged row (a copy: callers often reuse their dict)."""
-        rows = self._rows
-        rows.append((step, dict(values)))
-        if len(rows) >= self._check:
-            self._tick()
+        """One ``log`` call: remembered as the latest; kept when it is its turn."""
+        self._count += 1
+        self._latest = (step, values)
+        if self._count >= self._next:
+            self._keep(step, values)
 
-    def _tick(self) -> None:
-        now = time.perf_counter()
-        if now >= self._due:
+    def _keep(self, step: int | None, values: dict[str, Any]) -> None:
+        rows = self._rows
+        rows.append((self._count - 1, step, dict(values)))  # a copy: dicts get reused
+        self._next = self._count + self._every
+        if len(rows) >= self._cap:  # logging faster than the budget: keep half as many
+            self._every *= 2
+            self._cap += _BUDGET // 2
+        if time.perf_counter() >= self._due:
             self.flush()
-        # Aim for a few clock reads per interval, whatever the logging rate.
-        gap = now - self._last
-        target = self._interval / _CHECKS_PER_INTERVAL
-        if gap < target / 2 and self._stride < _MAX_STRIDE:
-            self._stride *= 2
-        elif gap > target * 2 and self._stride > 1:
-            self._stride //= 2
-        self._last = now
-        self._check = len(self._rows) + self._stride
 
     def flush(self) -> None:
-        """Send the pending rows now (if any)."""
+        """Send the kept rows and the latest call now (if anything is new)."""
         from .launch.channel import Metrics
 
         rows, self._rows = self._rows, []
+        calls = self._count - self._sent_upto
         self._due = time.perf_counter() + self._interval
-        if not rows:
+        if calls == 0:
             return
+        if self._latest is not None and (not rows or rows[-1][0] != self._count - 1):
+            step, values = self._latest
+            rows.append((self._count - 1, step, dict(values)))
+        # A slower logger gets every row again.
+        if self._every > 1 and calls < self._every * _BUDGET // 4:
+            self._every //= 2
+        self._cap = _BUDGET
+        self._sent_upto = self._count
         plain: list[tuple[int, dict[str, float]]] = []
-        for i, (step, values) in enumerate(rows):
-            numbers = {str(k): n for k, v in values.items() if (n := scalar(v)) is not None}
-            plain.append((self._logged + i if step is None else int(step), numbers))
-        self._logged += len(rows)
-        self._check = self._stride
+        for index, step, values in rows:
+            numbers = {}
+            for key, value in values.items():
+                kind = type(value)
+                number = float(value) if kind is float or kind is int else scalar(value)
+                if number is not None:
+                    numbers[str(key)] = number
+            plain.append((index if step is None else int(step), numbers))
         self._sender.send(Metrics(tuple(plain)))
 
 

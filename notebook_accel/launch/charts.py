@@ -20,7 +20,7 @@ import math
 import time
 from typing import Any, Protocol, TextIO
 
-__all__ = ["Board", "ChartView", "CellChart", "TextLine", "last_metrics", "render_png"]
+__all__ = ["Board", "ChartView", "CellChart", "TextLine", "Renderer", "last_metrics", "render_png"]
 
 _MAX_POINTS = 2000  # points drawn per line; a longer series is thinned for the drawing only
 # A metric whose name holds one of these is better when higher (otherwise: lower is better).
@@ -93,33 +93,66 @@ def _thinned(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]
     return xs[::stride] + xs[-1:], ys[::stride] + ys[-1:]
 
 
-def render_png(board: Board, width: float = 9.0, dpi: int = 80) -> bytes:
-    """The chart as PNG bytes: one small plot per metric, its line against the step.
+class Renderer:
+    """Draws a board as PNG: one small plot per metric, its line against the step.
 
-    Each plot's legend gives the last and the best value.
+    The figure is kept between draws (only the lines' data, the limits and the legends
+    change), which makes a redraw several times cheaper than a new figure. Each plot's legend
+    gives the last and the best value.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
-    names = list(board.series)
-    columns = max(1, min(3, len(names)))
-    rows = max(1, math.ceil(len(names) / columns))
-    figure = Figure(figsize=(width, 2.6 * rows), dpi=dpi, layout="constrained")
-    FigureCanvasAgg(figure)
-    summary = board.summary()
-    for i, name in enumerate(names):
-        axes = figure.add_subplot(rows, columns, i + 1)
-        steps, points = _thinned(*board.series[name])
-        last, best = summary[name]
-        axes.plot(steps, points, label=f"last {last:.4g}\nbest {best:.4g}")
-        axes.set_title(name, fontsize=10)
-        axes.set_xlabel("step", fontsize=8)
-        axes.tick_params(labelsize=8)
-        axes.grid(alpha=0.3)
-        axes.legend(loc="best", fontsize=8, handlelength=1.0)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
+    def __init__(self, width: float = 9.0, dpi: int = 80) -> None:
+        self.width = width
+        self.dpi = dpi
+        self._names: list[str] = []
+        self._figure: Any = None
+        self._plots: list[tuple[Any, Any]] = []  # (axes, line) per metric
+
+    def _layout(self, names: list[str]) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        columns = max(1, min(3, len(names)))
+        rows = max(1, math.ceil(len(names) / columns))
+        figure = Figure(figsize=(self.width, 2.6 * rows), dpi=self.dpi)
+        FigureCanvasAgg(figure)
+        figure.subplots_adjust(
+            left=0.06, right=0.98, bottom=0.17 / rows, top=1 - 0.1 / rows, wspace=0.22, hspace=0.5
+        )
+        self._plots = []
+        for i, name in enumerate(names):
+            axes = figure.add_subplot(rows, columns, i + 1)
+            (line,) = axes.plot([], [])
+            axes.set_title(name, fontsize=10)
+            axes.set_xlabel("step", fontsize=8)
+            axes.tick_params(labelsize=8)
+            axes.grid(alpha=0.3)
+            self._plots.append((axes, line))
+        self._figure, self._names = figure, names
+
+    def png(self, board: Board) -> bytes:
+        """The chart of ``board`` now."""
+        names = list(board.series)
+        if names != self._names:
+            self._layout(names)
+        summary = board.summary()
+        for name, (axes, line) in zip(names, self._plots, strict=True):
+            line.set_data(*_thinned(*board.series[name]))
+            last, best = summary[name]
+            line.set_label(f"last {last:.4g}\nbest {best:.4g}")
+            axes.relim()
+            axes.autoscale_view()
+            # A fixed corner: matplotlib's "best" placement costs more than the whole draw.
+            corner = "upper right" if not higher_is_better(name) else "lower right"
+            axes.legend(loc=corner, fontsize=8, handlelength=1.0)
+        buffer = io.BytesIO()
+        self._figure.savefig(buffer, format="png")
+        return buffer.getvalue()
+
+
+def render_png(board: Board, width: float = 9.0, dpi: int = 80) -> bytes:
+    """The chart of ``board`` as PNG bytes, drawn by a new :class:`Renderer`."""
+    return Renderer(width, dpi).png(board)
 
 
 def charts_available() -> bool:
@@ -144,13 +177,14 @@ class CellChart:
 
     def __init__(self) -> None:
         self._handle: Any = None
+        self._renderer = Renderer()
 
     def draw(self, board: Board, final: bool) -> None:
         from IPython.display import Image, display
 
         if not board.series:
             return
-        image = Image(data=render_png(board), format="png")
+        image = Image(data=self._renderer.png(board), format="png")
         if self._handle is None:
             self._handle = display(image, display_id=True)
         else:

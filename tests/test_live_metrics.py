@@ -43,6 +43,7 @@ def log_a_few(n: int) -> int:
     for i in range(n):
         accelerator.log({"loss": 1.0 / (i + 1), "acc": i / n}, step=2 * i)
     accelerator.log({"note": "text is for trackers, not the chart", "lr": 0.5})  # no step
+    accelerator.wait_for_everyone()  # a rank that left at once could break the other's gloo setup
     return accelerator.process_index
 
 
@@ -77,7 +78,9 @@ def log_every_iteration(n: int) -> float:
     for i in range(n):
         x.add_(1.0)
         accelerator.log({"loss": float(i)}, step=i)
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    accelerator.wait_for_everyone()
+    return seconds
 
 
 def test_logging_every_iteration_does_not_flood_the_notebook() -> None:
@@ -108,6 +111,7 @@ def log_slowly(n: int) -> None:
     for i in range(n):
         accelerator.log({"loss": float(i)}, step=i)
         time.sleep(0.002)
+    accelerator.wait_for_everyone()
 
 
 def test_a_slow_logger_gets_every_row() -> None:
@@ -126,6 +130,7 @@ def sleep_then_log() -> None:
     time.sleep(1.5)  # the health thread reports about once a second
     if os.environ["RANK"] == "0":
         accelerator.log({"loss": 1.0}, step=0)
+    accelerator.wait_for_everyone()
 
 
 def test_every_rank_reports_its_health() -> None:

@@ -12,8 +12,11 @@
             exception, time)
 
 Output lines do not travel here: each worker's stdout/stderr file descriptors are pipes read by
-the parent (so that C code's writes are relayed too). Messages are small frozen dataclasses,
-pickled with the standard library; values and exceptions inside them are cloudpickled bytes.
+the parent (so that C code's writes are relayed too). Progress and Metrics carry the worker's
+output marks (bytes Python had written to stdout and stderr when it sent them), so the parent
+shows a rank's lines and bars in the order the worker produced them. Messages are small frozen
+dataclasses, pickled with the standard library; values and exceptions inside them are
+cloudpickled bytes.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pickle
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -95,13 +99,20 @@ Message = Progress | Metrics | Health | Result | Failure
 class Sender:
     """The worker's end: send typed messages; never raises once the parent is gone."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(
+        self, conn: Connection, marks: Callable[[], tuple[int, int]] | None = None
+    ) -> None:
         self._conn = conn
+        self._marks = marks
         # The health thread sends too: one message's bytes must not interleave with another's.
         self._lock = threading.Lock()
 
     def send(self, message: Message) -> bool:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        # Bars and charts sit among the output lines: say how much output came before them.
+        marks = None
+        if self._marks is not None and isinstance(message, Progress | Metrics):
+            marks = self._marks()
+        data = pickle.dumps((marks, message), protocol=pickle.HIGHEST_PROTOCOL)
         try:
             with self._lock:
                 self._conn.send_bytes(data)
@@ -110,9 +121,12 @@ class Sender:
         return True
 
 
-def receive(conn: Connection) -> Message:
-    """The parent's end: read one message (raises EOFError when the worker closed it)."""
-    message = pickle.loads(conn.recv_bytes())
+Marks = tuple[int, int] | None
+
+
+def receive(conn: Connection) -> tuple[Marks, Message]:
+    """The parent's end: read one message and its output marks (EOFError: the worker closed)."""
+    marks, message = pickle.loads(conn.recv_bytes())
     if not isinstance(message, Progress | Metrics | Health | Result | Failure):
         raise TypeError(f"unexpected message from a worker: {type(message).__name__}")
-    return message
+    return marks, message

@@ -22,7 +22,9 @@ import pickle
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import Any
 
 from .. import env
 from ..errors import SharedMemoryError
@@ -39,20 +41,42 @@ def _redirect(conn: Connection, fd: int) -> None:
     conn.close()
 
 
-def _line_buffered_stdio() -> None:
-    """Python and C streams flush each line, so the parent relays lines as they happen."""
-    sys.stdout = io.TextIOWrapper(
-        open(1, "wb", closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
+class _Counted(io.FileIO):
+    """fd 1 or 2, counting the bytes Python writes: where a bar's message sits in the output."""
+
+    written = 0
+
+    def write(self, data: Any) -> int:
+        n = super().write(data)
+        self.written += n or 0
+        return n or 0
+
+
+def _line_buffered_stdio() -> Callable[[], tuple[int, int]]:
+    """Python and C streams flush each line, so the parent relays lines as they happen.
+
+    Returns the output marks: flush Python's streams, then the bytes written so far to
+    (stdout, stderr). A bar's or chart's message carries them, so that the parent shows the
+    lines printed before it above the bar and the later ones below (launch/engine.py).
+    """
+    counted = (_Counted(1, "wb", closefd=False), _Counted(2, "wb", closefd=False))
+    streams = tuple(
+        io.TextIOWrapper(
+            io.BufferedWriter(raw),
+            encoding="utf-8",
+            errors="backslashreplace",
+            line_buffering=True,
+        )
+        for raw in counted
     )
-    sys.stderr = io.TextIOWrapper(
-        open(2, "wb", closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
+    sys.stdout, sys.stderr = streams
+
+    def marks() -> tuple[int, int]:
+        for stream in streams:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        return counted[0].written, counted[1].written
+
     try:
         libc = ctypes.CDLL(None)
         for name in ("stdout", "stderr"):
@@ -60,6 +84,7 @@ def _line_buffered_stdio() -> None:
             libc.setvbuf(stream, None, 1, 0)  # _IOLBF
     except (OSError, ValueError, AttributeError):
         pass  # not glibc: C output is relayed when its buffer fills or at exit
+    return marks
 
 
 def _flush_all() -> None:
@@ -182,11 +207,11 @@ def main(
     os.setpgrp()
     _redirect(out_w, 1)
     _redirect(err_w, 2)
-    _line_buffered_stdio()
+    marks = _line_buffered_stdio()
     _watch_lifeline(lifeline)
     _plain_start_method()
     env.install(payload.environ, worker)
-    sender = Sender(conn)
+    sender = Sender(conn, marks)
     from .. import live, progress
 
     progress.attach(sender)

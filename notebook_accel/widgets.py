@@ -540,6 +540,9 @@ class _WidgetChart:
             f'<code class="notebook-accel-metrics">{html.escape(board.line())}</code>'
         )
 
+    def move_down(self) -> bool:
+        return False  # the panel's chart has its own place, under the bars
+
 
 def _saved_choices() -> tuple[dict[str, Any], str]:
     """The config file's values, and a plain message if it could not be used."""

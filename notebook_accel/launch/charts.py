@@ -98,7 +98,7 @@ class Renderer:
 
     The figure is kept between draws (only the lines' data, the limits and the legends
     change), which makes a redraw several times cheaper than a new figure. Each plot's legend
-    gives the last and the best value.
+    gives the last and the best value in its title.
     """
 
     def __init__(self, width: float = 9.0, dpi: int = 80) -> None:
@@ -120,10 +120,9 @@ class Renderer:
             left=0.06, right=0.98, bottom=0.17 / rows, top=1 - 0.1 / rows, wspace=0.22, hspace=0.5
         )
         self._plots = []
-        for i, name in enumerate(names):
+        for i in range(len(names)):
             axes = figure.add_subplot(rows, columns, i + 1)
             (line,) = axes.plot([], [])
-            axes.set_title(name, fontsize=10)
             axes.set_xlabel("step", fontsize=8)
             axes.tick_params(labelsize=8)
             axes.grid(alpha=0.3)
@@ -139,12 +138,10 @@ class Renderer:
         for name, (axes, line) in zip(names, self._plots, strict=True):
             line.set_data(*_thinned(*board.series[name]))
             last, best = summary[name]
-            line.set_label(f"last {last:.4g}\nbest {best:.4g}")
+            # In the title, not a legend: a legend would hide the line's end.
+            axes.set_title(f"{name}   last {last:.4g}   best {best:.4g}", fontsize=9)
             axes.relim()
             axes.autoscale_view()
-            # A fixed corner: matplotlib's "best" placement costs more than the whole draw.
-            corner = "upper right" if not higher_is_better(name) else "lower right"
-            axes.legend(loc=corner, fontsize=8, handlelength=1.0)
         buffer = io.BytesIO()
         self._figure.savefig(buffer, format="png")
         return buffer.getvalue()
@@ -169,6 +166,10 @@ class ChartView(Protocol):
 
     def draw(self, board: Board, final: bool) -> None: ...
 
+    def move_down(self) -> bool:
+        """A new bar appeared below the chart: start again under it; True if it moved."""
+        ...
+
 
 class CellChart:
     """The chart in a notebook cell: one image output, replaced in place on each draw."""
@@ -190,6 +191,16 @@ class CellChart:
         else:
             self._handle.update(image)
 
+    def move_down(self) -> bool:
+        """Empty the chart's output; the next draw shows it again, under the newest bar."""
+        from IPython.display import HTML
+
+        if self._handle is None:
+            return False
+        self._handle.update(HTML(""))
+        self._handle = None
+        return True
+
 
 class TextLine:
     """In a terminal (the command line launcher, a script): one compact line per update."""
@@ -206,6 +217,9 @@ class TextLine:
             self._said = line
             self.stream.write(line + "\n")
             self.stream.flush()
+
+    def move_down(self) -> bool:
+        return False
 
 
 def in_notebook() -> bool:
@@ -246,6 +260,12 @@ class Live:
     def end(self) -> None:
         """The last rows are drawn, whatever the interval."""
         self._draw(final=True)
+
+    def below_new_bar(self) -> None:
+        """Keep the chart under the progress bars: redraw it below a bar just opened."""
+        if self.view.move_down():
+            self._drawn = -1
+            self._draw(final=False)
 
 
 def start_launch() -> None:

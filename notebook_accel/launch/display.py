@@ -109,6 +109,8 @@ class Display:
             prefix = f"[rank {rank}] " if rank != 0 or options.get("all_ranks") else ""
             bar = self.open_bar(rank, prefix, message, options)
             self._bars[key] = bar
+            if self._live is not None:
+                self._live.below_new_bar()
         bar.show(message, options.get("postfix", ""))
         if message.closed:
             bar.close()

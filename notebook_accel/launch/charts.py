@@ -16,6 +16,7 @@ notebook. The chart library draws the lines, axes, titles and legend (last and b
 from __future__ import annotations
 
 import io
+import json
 import math
 import time
 from typing import Any, Protocol, TextIO
@@ -86,6 +87,12 @@ class Board:
         return "[metrics] " + " | ".join(parts)
 
 
+def _round_up(value: float) -> float:
+    """The smallest of 1, 2, 5 times a power of ten that is at least ``value``."""
+    power = 10 ** math.floor(math.log10(value))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= value)
+
+
 def _thinned(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
     if len(xs) <= _MAX_POINTS:
         return xs, ys
@@ -141,9 +148,18 @@ class Renderer:
             # In the title, not a legend: a legend would hide the line's end.
             axes.set_title(f"{name}   last {last:.4g}   best {best:.4g}", fontsize=9)
             axes.relim()
-            axes.autoscale_view()
+            axes.autoscale_view(scalex=False)
+            steps = board.series[name][0]
+            # The step axis ends at a round number: the line grows along it between two
+            # rescales, instead of always spanning the whole plot.
+            axes.set_xlim(min(steps[0], 0), _round_up(max(steps[-1], 1)))
         buffer = io.BytesIO()
-        self._figure.savefig(buffer, format="png")
+        # What the image shows, readable without looking at it (the browser test reads it).
+        about = {
+            "rows": len(board.rows),
+            "last_step": board.rows[-1]["step"] if board.rows else None,
+        }
+        self._figure.savefig(buffer, format="png", metadata={"Description": json.dumps(about)})
         return buffer.getvalue()
 
 

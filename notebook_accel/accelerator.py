@@ -776,12 +776,13 @@ class Accelerator:
         Main process only (a no-op elsewhere). In a launch, the values also reach the cell's
         chart and :func:`notebook_accel.last_metrics`.
         """
-        if self._live is None and not self.trackers:
-            return
-        for tracker in self.trackers:
-            tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
-        if self._live is not None:
-            self._live.add(step, values)
+        # Called every iteration in many loops: a few attribute loads when there is no tracker.
+        if self.trackers:
+            for tracker in self.trackers:
+                tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
+        live_ = self._live
+        if live_ is not None:
+            live_.add(step, values)
 
     # ---- models and checkpoints ----------------------------------------------------------
     def unwrap_model(

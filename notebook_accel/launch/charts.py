@@ -2,7 +2,7 @@
 
     Metrics(rows) from rank 0 (a few a second, live.py)
       -> Board.add: rows kept as dicts ({"step": 3, "loss": 0.2, ...}); per-metric series
-      -> at most every 0.5 s: the view redraws
+      -> at most every 0.5 s (longer if drawing is slow: <= ~20% of the time): the view redraws
            notebook: a matplotlib figure (Agg, no pyplot) as one PNG, updated in place
                      (an IPython display handle in a cell; an ``ipywidgets.Image`` in the panel)
            terminal: one compact line, at most every 2 s
@@ -266,7 +266,10 @@ class Live:
         now = time.monotonic()
         if now >= self._next:
             self._draw(final=False)
-            self._next = now + self.view.interval
+            spent = time.monotonic() - now
+            # A slow draw (a loaded machine, many plots) waits longer: drawing takes at most
+            # about a fifth of the notebook process's time, whatever the machine.
+            self._next = now + max(self.view.interval, 5 * spent)
 
     def _draw(self, final: bool) -> None:
         if self.board.version != self._drawn:

@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -49,6 +50,14 @@ def train(steps: int) -> float:
     return 1.0
 """
 LAUNCH = 'notebook_launcher(train, args=(120,), num_processes=2)\nprint("launch done")'
+
+
+_ROOTS: dict[str, Path] = {}
+
+
+def jupyter_root(url: str) -> Path:
+    """The folder a test server serves (to add notebooks to it)."""
+    return _ROOTS[url]
 
 
 @pytest.fixture
@@ -99,7 +108,9 @@ def jupyter(tmp_path: Path) -> Iterator[str]:
             if server.poll() is not None:
                 pytest.fail(f"jupyter exited: {(tmp_path / 'jupyter.log').read_text()}")
             time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
+        _ROOTS[url] = root
+        yield url
     finally:
         server.terminate()
         try:
@@ -196,3 +207,51 @@ def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> N
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(ARTIFACTS / f"live_chart_{ui}_end.png"))
             context.close()
+
+
+def test_quickstart_lines_sit_under_their_bars(jupyter: str, tmp_path: Path) -> None:
+    """JupyterLab showed all five ``[rank 0] epoch N: loss`` lines after all five bars."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs pip install playwright")
+    quickstart = nbformat.read(kernelspec.NOTEBOOKS / "01_quickstart.ipynb", as_version=4)
+    root = Path(jupyter_root(jupyter))
+    nbformat.write(quickstart, root / "quickstart.ipynb")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1100, "height": 1400},
+        )
+        try:
+            page = context.new_page()
+            page.goto(f"{jupyter}/lab/tree/quickstart.ipynb?token={TOKEN}", timeout=90_000)
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
+                timeout=90_000
+            )
+            time.sleep(1.0)
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            launch_cell = page.locator(".jp-Cell", has_text="losses = notebook_launcher")
+            done = launch_cell.locator(".jp-OutputArea-output", has_text="rank 1 of 2 done")
+            done.wait_for(timeout=120_000)
+            time.sleep(1.0)
+            text = launch_cell.locator(".jp-OutputArea").inner_text()
+        finally:
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(ARTIFACTS / "quickstart_lab.png"), full_page=True)
+            context.close()
+    # Each epoch's bar (its label "epoch N") comes before its line, and the line before the
+    # next epoch's bar.
+    order = []
+    for line in text.splitlines():
+        printed = re.match(r"\[rank 0\] epoch (\d+): loss", line.strip())
+        # tqdm's notebook bar pads with figure spaces (U+2007)
+        bar = re.match(r"epoch (\d+):\s*\d+%", line.replace("\u2007", " ").strip())
+        if printed:
+            order.append(f"line {printed.group(1)}")
+        elif bar:
+            order.append(f"bar {bar.group(1)}")
+    expected = [f"{kind} {epoch}" for epoch in range(5) for kind in ("bar", "line")]
+    assert order == expected, text

@@ -29,6 +29,7 @@ _EXPORTS = {
     "tqdm": "notebook_accel.progress",
     "trange": "notebook_accel.progress",
     "LaunchPanel": "notebook_accel.widgets",
+    "last_metrics": "notebook_accel.launch.charts",
     "FsdpConfig": "notebook_accel.fsdp_config",
     "ProjectConfiguration": "notebook_accel.project",
     "PartialState": "notebook_accel.processes",

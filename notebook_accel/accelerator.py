@@ -22,7 +22,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
-from . import checkpoint, checkpoint_sharded, collectives, env, serialization
+from . import checkpoint, checkpoint_sharded, collectives, env, live, serialization, tracking
 from . import fsdp as fsdp_
 from .data import DataLoaderShard, shard_data_loader, skip_first_batches
 from .data_config import DataLoaderConfiguration
@@ -106,6 +106,9 @@ class Accelerator:
         rng_types: generators made equal to rank 0's at the start of each iteration of a
             prepared loader: ``"torch"``, ``"cuda"``, ``"xla"``; ``"generator"`` (the default)
             is the shuffle's, which every rank seeds alike in any case.
+        log_with: experiment trackers for :meth:`log`: ``"tensorboard"``, ``"mlflow"``,
+            ``"wandb"``, ``"trackio"``, ``"all"`` (every one installed), a list of them, or
+            :class:`~notebook_accel.tracking.GeneralTracker` instances.
 
     Example:
         >>> accelerator = Accelerator()
@@ -133,6 +136,7 @@ class Accelerator:
         dataloader_config: DataLoaderConfiguration | None = None,
         step_scheduler_with_optimizer: bool = True,
         rng_types: list[str] | None = None,
+        log_with: Any = None,
     ) -> None:
         # Validate every argument before joining a process group: errors come out clean.
         if mixed_precision is None:
@@ -146,6 +150,7 @@ class Accelerator:
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
         self._handlers = collect(kwargs_handlers)
+        self.log_with = tracking.resolve(log_with)  # [metrics] names checked before anything
         self.dataloader_config = _data_config(dataloader_config, split_batches, even_batches)
         if not isinstance(step_scheduler_with_optimizer, bool):
             raise ConfigError(
@@ -192,6 +197,10 @@ class Accelerator:
             # A seed chosen at launch (argument, panel or config file) seeds every RNG, the
             # same on each rank, as set_seed(seed) at the top of the function would.
             set_seed(int(launch_seed))
+        # [metrics] trackers and the live chart (tracking.py, live.py)
+        self.trackers: list[tracking.GeneralTracker] = []
+        self._live = live.relay() if self.state.is_main_process else None
+        live.count_steps(lambda: self.step)
 
     # ---- process facts -------------------------------------------------------------------
     device = property(lambda self: self.state.device, doc="The device this process uses.")
@@ -574,7 +583,12 @@ class Accelerator:
         return self._processes.on_local_process(function, local_process_index)
 
     def end_training(self) -> None:
-        """Wait for every process, then leave the process group this Accelerator created."""
+        """End the trackers, wait for every process, leave the group this Accelerator made."""
+        for tracker in self.trackers:
+            tracker.finish()
+        self.trackers = []
+        if self._live is not None:
+            self._live.flush()
         self.wait_for_everyone()
         if self.state.created_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
@@ -705,6 +719,70 @@ class Accelerator:
     def clear(self, *objects: Any) -> list[None]:
         """Alias of :meth:`free_memory`."""
         return self.free_memory(*objects)
+
+    # ---- trackers and the live chart (tracking.py, live.py) -------------------------------
+    def init_trackers(
+        self,
+        project_name: str,
+        config: dict[str, Any] | None = None,
+        init_kwargs: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Start the trackers of ``log_with`` on the main process, for ``project_name``.
+
+        Args:
+            project_name: the run's name (TensorBoard's sub-folder, MLflow's experiment,
+                the W&B and trackio project).
+            config: hyperparameters to record with the run.
+            init_kwargs: per tracker name, keyword arguments for its library's start call
+                (``{"wandb": {"tags": [...]}}``).
+
+        Example:
+            >>> accelerator = Accelerator(log_with="tensorboard", project_dir="runs")
+            >>> accelerator.init_trackers("exp1", config={"lr": 3e-4})
+            >>> accelerator.log({"loss": 0.25}, step=1)
+        """
+        if not self.is_main_process:
+            return
+        for wanted in self.log_with:
+            tracker = tracking.make(wanted, project_name, self.logging_dir, init_kwargs or {})
+            self.trackers.append(tracker)
+            if config is not None:
+                tracker.store_init_configuration(config)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name`` (``unwrap=True``: the library's own object).
+
+        On the other processes a blank tracker whose methods do nothing, as in accelerate.
+
+        Raises:
+            ConfigError: no tracker of that name was started.
+        """
+        if not self.is_main_process:
+            return tracking.GeneralTracker(_blank=True)
+        for tracker in self.trackers:
+            if tracker.name == name:
+                return tracker.tracker if unwrap else tracker
+        started = [t.name for t in self.trackers] or "none started"
+        raise ConfigError("get_tracker(name)", name, f"one of the started trackers: {started}")
+
+    def log(
+        self,
+        values: dict[str, Any],
+        step: int | None = None,
+        log_kwargs: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Log ``values`` at ``step`` to every tracker, and to the live chart in the notebook.
+
+        Main process only (a no-op elsewhere). In a launch, the values also reach the cell's
+        chart and :func:`notebook_accel.last_metrics`.
+        """
+        # Called every iteration in many loops: a few attribute loads when there is no tracker.
+        if self.trackers:
+            for tracker in self.trackers:
+                tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
+        live_ = self._live
+        if live_ is not None:
+            live_.add(step, values)
 
     # ---- models and checkpoints ----------------------------------------------------------
     def unwrap_model(

@@ -5,6 +5,8 @@
     Launch  --> background thread: launch(function, args, config, display=_PanelDisplay,
                                           stop=event)
                   banner / lines / progress  -->  rank rows, log, bars in the panel
+                  Accelerator.log rows       -->  the live chart (launch/charts.py), .metrics
+                  each rank's health (~1/s)  -->  memory and steps/s in its row; quiet: flagged
                   results or exception       -->  panel.results / panel.error, shown plainly
     Stop    --> event.set(): the launcher stops every worker as for a KeyboardInterrupt
 
@@ -30,7 +32,8 @@ import ipywidgets as w
 from . import hardware
 from .config import LaunchConfig, load_file, save_file
 from .errors import ConfigError, NotebookAccelError
-from .launch.channel import Progress
+from .launch import charts
+from .launch.channel import Health, Progress
 from .launch.display import Bar, Display
 
 __all__ = ["LaunchPanel"]
@@ -44,6 +47,7 @@ _PANEL_FIELDS = (
     "fsdp",
 )
 _LOG_LINES = 400  # the panel keeps the last lines of output; the rest scrolls away
+_QUIET = 5.0  # seconds without a health report after which a running rank is flagged
 
 
 class LaunchPanel(w.VBox):
@@ -93,33 +97,54 @@ class LaunchPanel(w.VBox):
         self.status = w.HTML()
         self.ranks = w.VBox()
         self.bars = w.VBox()
+        # [metrics] the live chart of Accelerator.log (shown once rows arrive)
+        self.chart = w.Image(format="png", layout=w.Layout(display="none", max_width="100%"))
+        self.chart.add_class("notebook-accel-chart")
+        self.chart_line = w.HTML()
+        self._display: _PanelDisplay | None = None
         self.output_area = w.HTML()
         self.outcome = w.HTML()
         self.launch_button.on_click(lambda _: self.launch())
         self.stop_button.on_click(lambda _: self.stop())
         self.hardware.observe(lambda _: self._hardware_changed(), names="value")
         form = w.VBox([*self._choices(), w.HBox([self.launch_button, self.stop_button])])
-        super().__init__([form, self.status, self.ranks, self.bars, self.output_area, self.outcome])
+        super().__init__(
+            [
+                form,
+                self.status,
+                self.ranks,
+                self.bars,
+                self.chart,
+                self.chart_line,
+                self.output_area,
+                self.outcome,
+            ]
+        )
         self.add_class("notebook-accel-panel")
         self._say(problem or "Ready.", warn=bool(problem))
 
     # -- controls ---------------------------------------------------------------------------
     def _build_controls(self) -> None:
         style = {"description_width": "150px"}
+        # Wide enough for the longest choice after the 150px label ("DDP (a full copy per
+        # process)" was cut at the default 300px in JupyterLab).
+        wide = w.Layout(width="460px")
         self.hardware = w.Dropdown(
             description="Hardware",
             style=style,
+            layout=wide,
             options=[(k.describe(self.machine), k.name) for k in self._kinds.values()]
             + ([(self._cluster[0], _RAY)] if self._cluster else []),
         )
         self.processes = w.BoundedIntText(description="Processes", min=1, value=1, style=style)
-        self.precision = w.Dropdown(description="Mixed precision", style=style)
+        self.precision = w.Dropdown(description="Mixed precision", style=style, layout=wide)
         self.accumulation = w.BoundedIntText(
             description="Accumulation steps", min=1, max=1 << 16, value=1, style=style
         )
         self.sharding = w.Dropdown(
             description="Model sharding",
             style=style,
+            layout=wide,
             options=[
                 ("DDP (a full copy per process)", "no"),
                 ("FSDP full shard", "full"),
@@ -225,7 +250,10 @@ class LaunchPanel(w.VBox):
         self._stop.clear()
         self.outcome.value = ""
         self.bars.children = ()
+        self.chart.layout.display = "none"
+        self.chart_line.value = ""
         display = _PanelDisplay(self, config.num_processes or 1)
+        self._display = display
         self._set_running(True)
         self._say("Starting..." + note)
         self._thread = threading.Thread(
@@ -253,6 +281,18 @@ class LaunchPanel(w.VBox):
         if self.running:
             self._stop.set()
             self._say("Stopping...")
+
+    @property
+    def metrics(self) -> list[dict[str, float]]:
+        """The rows ``Accelerator.log`` sent during the last launch (plain dicts).
+
+        Example:
+            >>> panel.metrics[-1]  # doctest: +SKIP
+            {'step': 99, 'loss': 0.12}
+        """
+        if self._display is None:
+            return []
+        return [dict(row) for row in self._display.metric_rows]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the launch ends; ``True`` if it ended (for code driving the panel)."""
@@ -319,6 +359,10 @@ class _PanelDisplay(Display):
         self.ended: dict[int, set[str]] = {rank: set() for rank in range(num_processes)}
         self.stdout = self.stderr = _Sink(self)  # type: ignore[assignment]
         self._rows = [w.HTML() for _ in range(num_processes)]
+        self.vitals: dict[int, str] = {}  # rank -> "512 MiB RSS · 35.1 steps/s"
+        self._heard: dict[int, tuple[float, Health]] = {}  # rank -> (seen at, last report)
+        self.quiet: set[int] = set()
+        self.widget_bars: list[_WidgetBar] = []
         panel.ranks.children = tuple(self._rows)
         self.panel.output_area.value = ""
         self.draw_ranks()
@@ -344,8 +388,40 @@ class _PanelDisplay(Display):
 
     def open_bar(self, rank: int, prefix: str, message: Progress, options: dict[str, Any]) -> Bar:
         bar = _WidgetBar(prefix, message)
+        self.widget_bars.append(bar)
         self.panel.bars.children = (*self.panel.bars.children, bar.box)
         return bar
+
+    # -- [metrics] chart and health --------------------------------------------------------
+    def open_chart(self) -> charts.ChartView:
+        return _WidgetChart(self.panel)
+
+    def health(self, rank: int, message: Health) -> None:
+        now = time.monotonic()
+        previous = self._heard.get(rank)
+        self._heard[rank] = (now, message)
+        self.quiet.discard(rank)
+        parts = [f"{message.rss / 2**20:.0f} MiB RSS"]
+        if message.gpu is not None:
+            parts.append(f"{message.gpu / 2**30:.2f} GiB GPU")
+        if message.steps is not None and previous is not None and previous[1].steps is not None:
+            seconds = message.time - previous[1].time
+            if seconds > 0:
+                parts.append(f"{(message.steps - previous[1].steps) / seconds:.1f} steps/s")
+        self.vitals[rank] = " · ".join(parts)
+        self.draw_ranks()
+
+    def tick(self) -> None:
+        """Flag a running rank that has not reported for a while (stuck, stopped, swapping)."""
+        now = time.monotonic()
+        quiet = {
+            rank
+            for rank, (seen, _) in self._heard.items()
+            if self.state.get(rank) == "running" and now - seen > _QUIET
+        }
+        if quiet != self.quiet:
+            self.quiet = quiet
+            self.draw_ranks()
 
     def finish(self, ok: bool, error: BaseException | None) -> None:
         """The launch ended: every rank finished, or which one failed and who was stopped."""
@@ -361,6 +437,12 @@ class _PanelDisplay(Display):
                     if isinstance(error, KeyboardInterrupt) or (failed is not None)
                     else "failed"
                 )
+        self.quiet.clear()
+        # Bars that did not reach their end: red where the launch failed, amber if stopped.
+        ending = "warning" if isinstance(error, KeyboardInterrupt) else "danger"
+        for bar in self.widget_bars:
+            if not ok:
+                bar.interrupt(ending)
         self.draw_ranks()
 
     def add_lines(self, text: str) -> None:
@@ -384,9 +466,17 @@ class _PanelDisplay(Display):
         colors = {"failed": "#b00020", "finished": "#1b7f3b", "stopped": "#a05a00"}
         for rank, row in enumerate(self._rows):
             state = self.state[rank]
+            vitals = self.vitals.get(rank, "")
+            if rank in self.quiet:
+                seen = time.monotonic() - self._heard[rank][0]
+                vitals = (
+                    f'<b class="notebook-accel-quiet" style="color:#b00020">not reporting for '
+                    f"{seen:.0f} s</b> (last: {vitals})"
+                )
+            vitals = f' <span class="notebook-accel-vitals">[{vitals}]</span>' if vitals else ""
             row.value = (
                 f'<span class="notebook-accel-rank">rank {rank}: '
-                f'<b style="color:{colors.get(state, "inherit")}">{state}</b>'
+                f'<b style="color:{colors.get(state, "inherit")}">{state}</b>{vitals}'
                 f" <code>{html.escape(self.last[rank][-120:])}</code></span>"
             )
 
@@ -414,6 +504,7 @@ class _WidgetBar:
         self.progress = w.FloatProgress(min=0.0, max=1.0, value=0.0)
         self.text = w.HTML()
         self.box = w.HBox([self.progress, self.text])
+        self.done = False
 
     def show(self, message: Progress, postfix: str) -> None:
         from tqdm import tqdm
@@ -432,7 +523,16 @@ class _WidgetBar:
             )
         )
         if message.closed:
+            self.done = True
             self.progress.bar_style = "success"
+
+    def interrupt(self, style: str) -> None:
+        """The launch ended before this bar did: colour it (``"danger"``/``"warning"``)."""
+        if not self.done:
+            self.done = True
+            self.progress.bar_style = style
+            word = "stopped" if style == "warning" else "failed"
+            self.text.value += f" <b>({word})</b>"
 
     def close(self) -> None:
         """Nothing to release: the bar stays in the panel, showing its last state."""
@@ -453,6 +553,29 @@ def _ray_cluster() -> tuple[str, int, int] | None:
         return describe_cluster(ray), int(total.get("CPU", 0)), int(total.get("GPU", 0))
     except Exception:  # an unreachable cluster is not offered
         return None
+
+
+class _WidgetChart:
+    """The live chart in the panel: an ``ipywidgets.Image`` (or a text line without matplotlib)."""
+
+    interval = 0.5
+
+    def __init__(self, panel: LaunchPanel) -> None:
+        self.panel = panel
+        self._renderer = charts.Renderer() if charts.charts_available() else None
+
+    def draw(self, board: charts.Board, final: bool) -> None:
+        if self._renderer is None:
+            self.panel.chart_line.value = f"<code>{html.escape(board.line())}</code>"
+            return
+        self.panel.chart.value = self._renderer.png(board)
+        self.panel.chart.layout.display = ""
+        self.panel.chart_line.value = (
+            f'<code class="notebook-accel-metrics">{html.escape(board.line())}</code>'
+        )
+
+    def move_down(self) -> bool:
+        return False  # the panel's chart has its own place, under the bars
 
 
 def _saved_choices() -> tuple[dict[str, Any], str]:

@@ -87,4 +87,15 @@ def test_notebook_runs(path: Path, kernel_env: None) -> None:
             if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
         ]
         assert len(widgets) >= 5, "one tqdm.notebook bar per epoch"
+    if path.stem == "06_live_metrics":
+        # The live chart of accelerator.log: one image output in the launching cell.
+        images = [
+            output
+            for cell in notebook.cells
+            if cell.cell_type == "code" and "notebook_launcher(" in cell.source
+            for output in cell.outputs
+            if "image/png" in output.get("data", {})
+        ]
+        assert len(images) == 1, "the chart is one image, updated in place"
+        assert "[metrics]" not in text  # a notebook gets the chart, not the terminal's line
     print(f"{path.name}: {time.monotonic() - started:.1f} s")

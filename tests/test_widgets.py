@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import psutil
 
@@ -145,3 +146,80 @@ def test_fp8_is_offered_only_on_gpus_that_have_it() -> None:
     assert "fp8" in offered((9, 0)) and "fp8" in offered((8, 9))
     assert "fp8" not in offered((8, 0)) and "fp8" not in offered(None)  # None: unknown
     assert "fp8" not in LaunchPanel(square, machine=CPU2).precision.options
+
+
+# ---- [metrics] live chart, per-rank health, bars that did not finish ------------------------
+def log_with_a_bar() -> None:
+    import time
+
+    from notebook_accel import Accelerator, tqdm
+
+    accelerator = Accelerator()
+    for i in tqdm(range(15), desc="train"):
+        accelerator.backward(__import__("torch").ones(1, requires_grad=True).sum())
+        accelerator.log({"loss": 1.0 / (i + 1)}, step=i)
+        time.sleep(0.15)
+    accelerator.wait_for_everyone()
+
+
+def test_panel_draws_the_chart_keeps_the_rows_and_shows_health() -> None:
+    panel = LaunchPanel(log_with_a_bar, machine=CPU2)
+    panel.launch_button.click()
+    assert panel.wait(timeout=90) and panel.error is None, panel.error
+    assert panel.metrics == [{"step": i, "loss": 1.0 / (i + 1)} for i in range(15)]
+    assert bytes(panel.chart.value).startswith(b"\x89PNG") and panel.chart.layout.display == ""
+    assert "loss 0.06667 (best 0.06667)" in panel.chart_line.value
+    rows = [row.value for row in panel.ranks.children]
+    assert all("MiB RSS" in row and "steps/s" in row for row in rows), rows
+    assert panel.bars.children[0].children[0].bar_style == "success"
+
+
+def bar_then_sleep() -> None:
+    import time
+
+    from notebook_accel import tqdm
+
+    for _ in tqdm(range(100), desc="slow"):
+        time.sleep(0.1)
+
+
+def _wait_for(condition: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_stopped_bar_is_marked_stopped() -> None:
+    panel = LaunchPanel(bar_then_sleep, machine=CPU2)
+    panel.launch_button.click()
+    assert _wait_for(lambda: len(panel.bars.children) == 1, 30)
+    time.sleep(0.5)
+    panel.stop_button.click()
+    assert panel.wait(timeout=15)
+    progress, text = panel.bars.children[0].children
+    assert progress.bar_style == "warning" and "(stopped)" in text.value
+
+
+def rank_one_freezes() -> None:
+    import os
+    import signal
+    import time
+
+    time.sleep(1.5)  # long enough for a health report or two
+    if os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGSTOP)  # stops reporting, without exiting
+    time.sleep(60)
+
+
+def test_a_rank_that_stops_reporting_is_flagged() -> None:
+    panel = LaunchPanel(rank_one_freezes, machine=CPU2)
+    panel.launch_button.click()
+    rows = panel.ranks.children
+    assert _wait_for(lambda: "not reporting" in rows[1].value, 30), rows[1].value
+    assert "not reporting" not in rows[0].value
+    panel.stop_button.click()
+    assert panel.wait(timeout=15)
+    assert "not reporting" not in rows[1].value  # the launch ended: no more flags

@@ -3,28 +3,36 @@
     worker                                   parent
     ------                                   ------
     Progress(bar, n, total, desc, ...)  -->  display: draw/update a bar
+    Metrics(rows)   (rank 0's log() calls,  -->  display: the live chart (launch/charts.py)
+                     batched, ~4/s at most)
+    Health(rss, gpu, steps)  (~1/s)         -->  the panel's rank rows
     Result(value, handle)               -->  collect, in rank order (large buffers
                                              through shared memory, transport.py)
     Failure(type, message, traceback,   -->  stop the other ranks, re-raise in the cell
             exception, time)
 
 Output lines do not travel here: each worker's stdout/stderr file descriptors are pipes read by
-the parent (so that C code's writes are relayed too). Messages are small frozen dataclasses,
-pickled with the standard library; values and exceptions inside them are cloudpickled bytes.
+the parent (so that C code's writes are relayed too). Progress and Metrics carry the worker's
+output marks (bytes Python had written to stdout and stderr when it sent them), so the parent
+shows a rank's lines and bars in the order the worker produced them. Messages are small frozen
+dataclasses, pickled with the standard library; values and exceptions inside them are
+cloudpickled bytes.
 """
 
 from __future__ import annotations
 
 import pickle
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
 
-__all__ = ["Progress", "Result", "Failure", "Message", "Sender", "receive"]
+__all__ = ["Progress", "Metrics", "Health", "Result", "Failure", "Message", "Sender", "receive"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,24 @@ class Progress:
     unit: str = "it"
     closed: bool = False
     options: tuple[tuple[str, Any], ...] = ()
+
+
+# ---- live metrics and rank health (notebook_accel.live sends them) ---------------------------
+@dataclass(frozen=True)
+class Metrics:
+    """Rows logged by ``Accelerator.log`` since the last message: ``(step, {name: value})``."""
+
+    rows: tuple[tuple[int, dict[str, float]], ...]
+
+
+@dataclass(frozen=True)
+class Health:
+    """A rank's vital signs: resident memory, GPU memory (or None), steps taken so far."""
+
+    rss: int  # bytes
+    gpu: int | None  # bytes allocated by torch on the rank's GPU
+    steps: int | None  # Accelerator.backward() calls, None without an Accelerator
+    time: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -67,26 +93,40 @@ class Failure:
         return cls(f"{kind.__module__}.{kind.__qualname__}", str(exc), text, blob)
 
 
-Message = Progress | Result | Failure
+Message = Progress | Metrics | Health | Result | Failure
 
 
 class Sender:
     """The worker's end: send typed messages; never raises once the parent is gone."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(
+        self, conn: Connection, marks: Callable[[], tuple[int, int]] | None = None
+    ) -> None:
         self._conn = conn
+        self._marks = marks
+        # The health thread sends too: one message's bytes must not interleave with another's.
+        self._lock = threading.Lock()
 
     def send(self, message: Message) -> bool:
+        # Bars and charts sit among the output lines: say how much output came before them.
+        marks = None
+        if self._marks is not None and isinstance(message, Progress | Metrics):
+            marks = self._marks()
+        data = pickle.dumps((marks, message), protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self._conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+            with self._lock:
+                self._conn.send_bytes(data)
         except (OSError, ValueError):
             return False
         return True
 
 
-def receive(conn: Connection) -> Message:
-    """The parent's end: read one message (raises EOFError when the worker closed it)."""
-    message = pickle.loads(conn.recv_bytes())
-    if not isinstance(message, Progress | Result | Failure):
+Marks = tuple[int, int] | None
+
+
+def receive(conn: Connection) -> tuple[Marks, Message]:
+    """The parent's end: read one message and its output marks (EOFError: the worker closed)."""
+    marks, message = pickle.loads(conn.recv_bytes())
+    if not isinstance(message, Progress | Metrics | Health | Result | Failure):
         raise TypeError(f"unexpected message from a worker: {type(message).__name__}")
-    return message
+    return marks, message

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol, TextIO
 
-from .channel import Progress
+from . import charts
+from .channel import Health, Metrics, Progress
 
 __all__ = ["Display", "Bar", "TqdmBar"]
 
@@ -37,6 +38,8 @@ class Display:
         self._pending: dict[tuple[int, str], bytes] = {}
         self._bars: dict[tuple[int, int], Bar] = {}
         self._labels: dict[int, tuple[str, bool]] = {}
+        self._live: charts.Live | None = None
+        charts.start_launch()
 
     # -- lines ------------------------------------------------------------------------------
     def banner(self, text: str) -> None:
@@ -106,6 +109,8 @@ class Display:
             prefix = f"[rank {rank}] " if rank != 0 or options.get("all_ranks") else ""
             bar = self.open_bar(rank, prefix, message, options)
             self._bars[key] = bar
+            if self._live is not None:
+                self._live.below_new_bar()
         bar.show(message, options.get("postfix", ""))
         if message.closed:
             bar.close()
@@ -120,6 +125,35 @@ class Display:
         for bar in self._bars.values():
             bar.close()
         self._bars.clear()
+        if self._live is not None:
+            self._live.end()
+
+    # -- live metrics and rank health (charts.py) --------------------------------------------
+    def metrics(self, rank: int, message: Metrics) -> None:
+        """Rows from ``Accelerator.log``: kept for ``last_metrics()``, drawn as the chart."""
+        if self._live is None:
+            self._live = charts.Live(self.open_chart())
+        self._live.add(message.rows)
+
+    @property
+    def metric_rows(self) -> list[dict[str, float]]:
+        """The rows logged so far in this launch."""
+        return [] if self._live is None else self._live.board.rows
+
+    def open_chart(self) -> charts.ChartView:
+        """The chart's view: an image in a notebook cell, a text line in a terminal.
+
+        A panel overrides this to draw into its own widget.
+        """
+        if charts.in_notebook() and charts.charts_available():
+            return charts.CellChart()
+        return charts.TextLine(self.stdout)
+
+    def health(self, rank: int, message: Health) -> None:
+        """A rank's memory and step count (about once a second); the panel shows them."""
+
+    def tick(self) -> None:
+        """Called by the engine while it waits; the panel flags ranks gone quiet."""
 
 
 class Bar(Protocol):

@@ -8,6 +8,7 @@ Process(target=worker.main).start()  -------->   fork -> worker.main(rank ...)
 loop over selectors:
   stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
   Progress              -> display.progress
+  Metrics, Health       -> display.metrics (live chart), display.health (panel rows)
   Result                -> results[rank] (large buffers mapped from shared memory)
   Failure               -> stop the others, re-raise the earliest failure
   a worker's sentinel   -> died without a message? WorkerDiedError
@@ -37,7 +38,7 @@ from typing import Any
 from .. import env
 from ..errors import LaunchTimeoutError, RemoteTraceback, WorkerDiedError, WorkerError
 from . import worker as worker_module
-from .channel import Failure, Progress, Result, receive
+from .channel import Failure, Health, Metrics, Progress, Result, receive
 from .display import Display
 from .payload import Payload, annotate_traceback
 from .transport import unpack
@@ -138,6 +139,13 @@ class _Rank:
     exited: bool = False
     died_at: float | None = None  # when the parent saw it end without a message
     open_streams: set[str] = field(default_factory=lambda: {"stdout", "stderr"})
+    # [ordering] output bytes relayed so far, and bytes read but held back until a message
+    # that came before them in the worker is shown (see _catch_up).
+    relayed: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+    held: dict[str, bytes] = field(default_factory=lambda: {"stdout": b"", "stderr": b""})
+
+    def pipe(self, stream: str) -> Connection:
+        return self.stdout if stream == "stdout" else self.stderr
 
 
 def _signal_group(proc: BaseProcess, sig: int) -> None:
@@ -209,11 +217,15 @@ class Engine:
     # -- supervising ------------------------------------------------------------------------
     def _handle(self, rank: _Rank, what: str) -> None:
         if what in ("stdout", "stderr"):
-            conn = rank.stdout if what == "stdout" else rank.stderr
-            data = _read(conn)
-            if data:
-                self.display.feed(rank.rank, what, data)
-            else:
+            # Bars the worker sent before printing these bytes go first (their marks pull in
+            # the output that preceded them).
+            self._read_messages(rank)
+            if what not in rank.open_streams:
+                return
+            conn = rank.pipe(what)
+            data = _read(conn) if conn.poll(0) else None
+            self._relay(rank, what, len(rank.held[what]) + len(data or b""), data)
+            if data == b"":
                 self._unregister(conn)
                 rank.open_streams.discard(what)
                 self.display.end(rank.rank, what)
@@ -234,10 +246,44 @@ class Engine:
             return
         try:
             while conn.poll(0):
-                self._dispatch(rank, receive(conn))
+                marks, message = receive(conn)
+                if marks is not None:
+                    self._catch_up(rank, marks)
+                self._dispatch(rank, message)
         except (EOFError, OSError):
             self._unregister(conn)
             conn.close()
+
+    # -- [ordering] a rank's lines and bars in the order the worker produced them ----------
+    def _relay(self, rank: _Rank, stream: str, count: int, data: bytes | None = None) -> None:
+        """Feed the display ``count`` bytes of held (then new) output; hold the rest."""
+        buffered = rank.held[stream] + (data or b"")
+        out, rank.held[stream] = buffered[:count], buffered[count:]
+        if out:
+            rank.relayed[stream] += len(out)
+            self.display.feed(rank.rank, stream, out)
+
+    def _catch_up(self, rank: _Rank, marks: tuple[int, int]) -> None:
+        """Show the output the worker wrote before this message, and nothing after it.
+
+        The worker flushed those bytes before sending the message, so they are in the pipe;
+        C code's unflushed writes are not counted and may come a little later.
+        """
+        for stream, mark in zip(("stdout", "stderr"), marks, strict=True):
+            wanted = mark - rank.relayed[stream]
+            deadline = time.monotonic() + 0.2
+            conn = rank.pipe(stream)
+            while (
+                len(rank.held[stream]) < wanted
+                and stream in rank.open_streams
+                and conn.poll(max(0.0, deadline - time.monotonic()))
+            ):
+                data = _read(conn)
+                if not data:
+                    break  # the end of the stream: _handle sees it next
+                rank.held[stream] += data
+            if wanted > 0:
+                self._relay(rank, stream, wanted)
 
     def _dispatch(self, rank: _Rank, message: Any) -> None:
         if isinstance(message, Result):
@@ -248,6 +294,10 @@ class Engine:
             self.display.rank_state(rank.rank, "failed")
         elif isinstance(message, Progress):
             self.display.progress(rank.rank, message)
+        elif isinstance(message, Metrics):
+            self.display.metrics(rank.rank, message)
+        elif isinstance(message, Health):
+            self.display.health(rank.rank, message)
 
     def _unregister(self, fileobj: Any) -> None:
         if isinstance(fileobj, Connection) and fileobj.closed:
@@ -295,6 +345,7 @@ class Engine:
                 break
             if self.watch is not None:
                 self.watch()
+            self.display.tick()
             wait = _TICK
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -355,6 +406,8 @@ class Engine:
             self._unregister(rank.process.sentinel)
             with contextlib.suppress(ValueError, AttributeError):
                 rank.process.close()
+            for stream in ("stdout", "stderr"):
+                self._relay(rank, stream, len(rank.held[stream]))
             self.display.end(rank.rank, "stdout")
             self.display.end(rank.rank, "stderr")
         self.selector.close()

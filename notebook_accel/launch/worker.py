@@ -6,6 +6,7 @@ forkserver child
   -> lifeline thread: the parent died -> kill our process group
   -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
   -> random generators: fresh entropy, or the launch's seed
+  -> live.start: the health thread; Accelerator.log rows batched to the parent
   -> map the payload's shared memory (copy-on-write), unpickle the call, run it
   -> Result(value; large buffers through shared memory) or Failure(exception)
   -> unlink the semaphores it created, os._exit
@@ -21,7 +22,9 @@ import pickle
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import Any
 
 from .. import env
 from ..errors import SharedMemoryError
@@ -38,20 +41,42 @@ def _redirect(conn: Connection, fd: int) -> None:
     conn.close()
 
 
-def _line_buffered_stdio() -> None:
-    """Python and C streams flush each line, so the parent relays lines as they happen."""
-    sys.stdout = io.TextIOWrapper(
-        open(1, "wb", closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
+class _Counted(io.FileIO):
+    """fd 1 or 2, counting the bytes Python writes: where a bar's message sits in the output."""
+
+    written = 0
+
+    def write(self, data: Any) -> int:
+        n = super().write(data)
+        self.written += n or 0
+        return n or 0
+
+
+def _line_buffered_stdio() -> Callable[[], tuple[int, int]]:
+    """Python and C streams flush each line, so the parent relays lines as they happen.
+
+    Returns the output marks: flush Python's streams, then the bytes written so far to
+    (stdout, stderr). A bar's or chart's message carries them, so that the parent shows the
+    lines printed before it above the bar and the later ones below (launch/engine.py).
+    """
+    counted = (_Counted(1, "wb", closefd=False), _Counted(2, "wb", closefd=False))
+    streams = tuple(
+        io.TextIOWrapper(
+            io.BufferedWriter(raw),
+            encoding="utf-8",
+            errors="backslashreplace",
+            line_buffering=True,
+        )
+        for raw in counted
     )
-    sys.stderr = io.TextIOWrapper(
-        open(2, "wb", closefd=False),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
+    sys.stdout, sys.stderr = streams
+
+    def marks() -> tuple[int, int]:
+        for stream in streams:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        return counted[0].written, counted[1].written
+
     try:
         libc = ctypes.CDLL(None)
         for name in ("stdout", "stderr"):
@@ -59,6 +84,7 @@ def _line_buffered_stdio() -> None:
             libc.setvbuf(stream, None, 1, 0)  # _IOLBF
     except (OSError, ValueError, AttributeError):
         pass  # not glibc: C output is relayed when its buffer fills or at exit
+    return marks
 
 
 def _flush_all() -> None:
@@ -181,14 +207,15 @@ def main(
     os.setpgrp()
     _redirect(out_w, 1)
     _redirect(err_w, 2)
-    _line_buffered_stdio()
+    marks = _line_buffered_stdio()
     _watch_lifeline(lifeline)
     _plain_start_method()
     env.install(payload.environ, worker)
-    sender = Sender(conn)
-    from .. import progress
+    sender = Sender(conn, marks)
+    from .. import live, progress
 
     progress.attach(sender)
+    live.start(sender)  # [metrics] rank 0's log() rows and every rank's health, to the parent
     failed = True
     try:
         _cpu_threads(worker, payload.environ)
@@ -216,6 +243,7 @@ def main(
             exc = exc.with_traceback(exc.__traceback__.tb_next)  # start at the user's frame
         sender.send(Failure.from_exception(exc))
     progress.detach()
+    live.stop()  # the last logged rows leave before the Result
     if not failed:
         with contextlib.suppress(Exception):
             _finish_distributed()

@@ -17,16 +17,15 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
-from . import checkpoint, checkpoint_sharded, collectives, env, live, serialization, tracking
-from . import fsdp as fsdp_
+from . import checkpoint, collectives, env, live, serialization, strategies, tracking
 from .data import DataLoaderShard, shard_data_loader, skip_first_batches
 from .data_config import DataLoaderConfiguration
 from .errors import CheckpointError, ConfigError
+from .fsdp_config import FsdpConfig
 from .handlers import (
     DistributedDataParallelKwargs,
     GradScalerKwargs,
@@ -129,7 +128,7 @@ class Accelerator:
         cpu: bool = False,
         even_batches: bool | None = None,
         ddp_kwargs: dict[str, Any] | None = None,
-        fsdp: fsdp_.FsdpConfig | dict[str, Any] | str | None = None,
+        fsdp: FsdpConfig | dict[str, Any] | str | None = None,
         project_dir: str | os.PathLike[str] | None = None,
         project_config: ProjectConfiguration | None = None,
         kwargs_handlers: list[KwargsHandler] | None = None,
@@ -143,7 +142,7 @@ class Accelerator:
             mixed_precision = env.launch_option("mixed_precision") or "no"  # type: ignore[assignment]
         precision = check_precision(mixed_precision)
         steps = _accumulation_steps(gradient_accumulation_steps)
-        fsdp_config = fsdp_.FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
+        fsdp_config = FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
         if project_config is not None and not isinstance(project_config, ProjectConfiguration):
             raise ConfigError("project_config", project_config, "a ProjectConfiguration or None")
         self.project_configuration = project_config or ProjectConfiguration()
@@ -169,7 +168,6 @@ class Accelerator:
         group_options = self._handler_kwargs(InitProcessGroupKwargs)
         self.state = ProcessState.from_environment(cpu=cpu, group_options=group_options)
         self._processes = PartialState.of(self.state)
-        self._sharder = fsdp_config and fsdp_.Sharder(fsdp_config, self.state)
         # An XLA job's precision (graph cut per step, gradients averaged across device threads)
         # follows the job's backend, whatever device object torch_xla hands out.
         kind = "xla" if self.state.backend == "xla" else self.state.device.type
@@ -183,6 +181,14 @@ class Accelerator:
         self.gradient_state = GradientState(accumulation_steps=steps)
         self.device_placement = device_placement
         self.ddp_kwargs = {**ddp_options, **(ddp_kwargs or {})}
+        # How models are spread over the processes: everything specific to DDP or FSDP
+        # lives in the strategy (notebook_accel/strategies/).
+        self._strategy = strategies.select(
+            self.state,
+            fsdp=fsdp_config,
+            ddp_kwargs=self.ddp_kwargs,
+            ddp_handler=self._handler(DistributedDataParallelKwargs),
+        )
         self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
         self.step = 0  # backward() calls, saved in checkpoints
         self._objects = checkpoint.Stateful()
@@ -279,23 +285,21 @@ class Accelerator:
             (DataLoader, self._prepare_loader),
             (LRScheduler, self._prepare_scheduler),
         ]
-        done = (
-            DistributedDataParallel,
-            AcceleratedOptimizer,
-            DataLoaderShard,
-            AcceleratedScheduler,
-        )
+        done = (AcceleratedOptimizer, DataLoaderShard, AcceleratedScheduler)
         plan: list[Callable[[Any], Any] | None] = []
         for i, obj in enumerate(objects):
             match = next((h for kind, h in handlers if isinstance(obj, kind)), None)
-            if match is None and not isinstance(obj, done):
+            finished = isinstance(obj, done) or (
+                isinstance(obj, torch.nn.Module) and self._strategy.is_prepared(obj)
+            )
+            if match is None and not finished:
                 raise ConfigError(
                     f"prepare() argument {i + 1}",
                     type(obj).__name__,
                     "a torch.nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader "
                     "or torch.optim.lr_scheduler.LRScheduler",
                 )
-            plan.append(None if isinstance(obj, done) else match)
+            plan.append(None if finished else match)
         # Models first (moving one may replace its parameters, which the optimizers of this
         # call must then follow); schedulers last (they must find their optimizer wrapped).
         rank = {self._prepare_model: 0, self._prepare_scheduler: 2}
@@ -318,7 +322,8 @@ class Accelerator:
     ) -> torch.nn.Module:
         before = list(model.parameters())
         # fp8 swaps Linear layers (new Parameter objects): optimizers follow, as after .to().
-        model = self.precision.convert_model(model, bool(self._sharder) and not evaluation_mode)
+        sharded = self._strategy.shards_parameters and not evaluation_mode
+        model = self.precision.convert_model(model, sharded)
         if self.device_placement if device_placement is None else device_placement:
             model.to(self.device)
         # On XLA (and with torch's overwrite-on-conversion flag) .to() makes new Parameter
@@ -328,32 +333,22 @@ class Accelerator:
             for old, new in zip(before, model.parameters(), strict=True)
             if old is not new
         }
-        if replaced and not self._sharder:
+        if replaced and self._strategy.keeps_parameters:
             self._replaced.update(replaced)
             for opt in self._objects.optimizer:
                 _follow_parameters(opt.optimizer, replaced)
         self.precision.wrap_forward(model)
-        if evaluation_mode:
-            pass  # inference only: device and precision, no DDP/FSDP wrapper
-        elif self._sharder:
-            model = self._sharder.shard(model)
+        if not evaluation_mode:  # inference only: device and precision, no wrapper
+            model = self._strategy.prepare_model(model)
             for opt in self._objects.optimizer:  # optimizers prepared before their model
-                self._sharder.repoint(opt.optimizer)
-        elif self.state.has_group and any(p.requires_grad for p in model.parameters()):
-            # Without a group (XLA devices as threads) the optimizer step averages gradients.
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            model = DistributedDataParallel(model, device_ids=ids, **self.ddp_kwargs)
-            ddp_handler = self._handler(DistributedDataParallelKwargs)
-            if ddp_handler is not None:
-                ddp_handler.register_comm_hook(model)
+                self._strategy.prepare_optimizer(opt.optimizer)
         self._objects.model.append(model)
         return model
 
     def _prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
-        if self._sharder:
-            self._sharder.repoint(optimizer)
-        elif self._replaced:
+        if self._replaced:
             _follow_parameters(optimizer, self._replaced)
+        self._strategy.prepare_optimizer(optimizer)
         wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
         self._objects.optimizer.append(wrapped)
         return wrapped
@@ -385,7 +380,7 @@ class Accelerator:
             self._shuffle_seed = int(collectives.broadcast_object_list([seed])[0])
         shard = shard_data_loader(
             loader,
-            self.state,
+            self._strategy.data_state(),
             self.gradient_state,
             self._shuffle_seed or 0,
             device_placement=self.device_placement
@@ -404,7 +399,7 @@ class Accelerator:
         self.step += 1
         if self.gradient_state.accumulation_steps > 1:
             loss = loss / self.gradient_state.accumulation_steps
-        self.precision.backward(loss, **kwargs)
+        self._strategy.backward(loss, self.precision, **kwargs)
 
     def autocast(self) -> contextlib.AbstractContextManager[None]:
         """The mixed precision context (prepared models already run in it)."""
@@ -412,10 +407,8 @@ class Accelerator:
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
-        """Skip DDP's gradient all-reduce inside the block (a no-op in one process)."""
-        with (
-            model.no_sync() if isinstance(model, DistributedDataParallel) else fsdp_.no_sync(model)
-        ):
+        """Skip the gradient all-reduce inside the block (a no-op in one process)."""
+        with self._strategy.no_sync(model):
             yield
 
     @contextlib.contextmanager
@@ -460,9 +453,9 @@ class Accelerator:
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         grads = [p.grad for p in params if p.grad is not None]
         if not self.sync_gradients:
-            return fsdp_.total_norm(grads, norm_type)
+            return self._strategy.grad_norm(grads, norm_type)
         self.unscale_gradients()
-        return fsdp_.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+        return self._strategy.clip_grad_norm_(params, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: _Params, clip_value: float) -> None:
         """Clamp every gradient to ``[-clip_value, clip_value]`` on synchronising steps."""
@@ -608,7 +601,7 @@ class Accelerator:
             evaluation_mode: inference only: no DDP or FSDP wrapper, autocast still applies.
         """
         already = any(model is m for m in self._objects.model)
-        if already or isinstance(model, DistributedDataParallel) or fsdp_.is_sharded(model):
+        if already or self._strategy.is_prepared(model):
             return model
         self._replaced = {}
         try:
@@ -671,14 +664,13 @@ class Accelerator:
             self.flag_tensor = torch.tensor(0, device=self.device)
         return raised
 
-    @staticmethod
     @contextlib.contextmanager
-    def trigger_sync_in_backward(model: torch.nn.Module) -> Iterator[None]:
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
         """All-reduce gradients in the next backward, though its forward ran under ``no_sync``.
 
         For several forward passes under :meth:`no_sync` followed by their backward passes: the
         last backward, inside this block, synchronises all the accumulated gradients. A no-op
-        for a model that DDP does not wrap.
+        for a model that the strategy does not wrap (FSDP included).
 
         Example:
             >>> with accelerator.no_sync(model):  # doctest: +SKIP
@@ -687,18 +679,8 @@ class Accelerator:
             >>> with accelerator.trigger_sync_in_backward(model):  # doctest: +SKIP
             ...     accelerator.backward(loss_b)
         """
-        if not isinstance(model, DistributedDataParallel):
+        with self._strategy.trigger_sync_in_backward(model):
             yield
-            return
-        saved = (model.require_backward_grad_sync, model.require_forward_param_sync)
-        model.require_backward_grad_sync = True
-        model.require_forward_param_sync = True
-        # A forward under no_sync skipped this: arm the reducer so the backward all-reduces.
-        model.reducer.prepare_for_backward([])
-        try:
-            yield
-        finally:
-            model.require_backward_grad_sync, model.require_forward_param_sync = saved
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Forget every prepared model, optimizer, loader and scheduler, collect garbage and
@@ -789,7 +771,7 @@ class Accelerator:
         self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
     ) -> torch.nn.Module:
         """The user's module, without DDP (and without the autocast forward if asked)."""
-        inner = model.module if isinstance(model, DistributedDataParallel) else model
+        inner = self._strategy.unwrap(model)
         if not keep_fp32_wrapper:
             AutocastForward.remove(inner)
         return inner
@@ -800,9 +782,7 @@ class Accelerator:
         An FSDP model's is gathered whole on the main process (``{}`` elsewhere): call it on
         every process.
         """
-        if fsdp_.is_sharded(model):
-            return fsdp_.full_state_dict(model)
-        return (self.unwrap_model(model) if unwrap else model).state_dict()
+        return self._strategy.model_state_dict(model, unwrap=unwrap)
 
     def _writes_files(self) -> bool:
         """Whether this process writes shared files: the main process, or with
@@ -951,7 +931,7 @@ class Accelerator:
             )
         else:
             folder = Path(output_dir)
-        objects, sharded = checkpoint_sharded.split(self._objects)
+        objects, sharded = self._strategy.checkpoint_parts(self._objects)
         models = list(self._objects.model)
         weights = [] if sharded else [self.unwrap_model(m).state_dict() for m in models]
         for hook in list(self._save_state_pre_hooks.values()):
@@ -1005,7 +985,7 @@ class Accelerator:
                 raise CheckpointError(config.checkpoints_dir, "holds no checkpoint_<n> folder")
             input_dir = latest
             config.iteration = max(config.iteration, int(latest.name.rsplit("_", 1)[1]) + 1)
-        objects, sharded = checkpoint_sharded.split(self._objects, input_dir)
+        objects, sharded = self._strategy.checkpoint_parts(self._objects, input_dir)
         models = list(objects.model)
         for hook in list(self._load_state_pre_hooks.values()):
             hook(models, os.fspath(input_dir))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +25,7 @@ from torch.utils.hooks import RemovableHandle
 from . import checkpoint, collectives, env, live, serialization, strategies, tracking
 from .data import DataLoaderShard, shard_data_loader, skip_first_batches
 from .data_config import DataLoaderConfiguration
+from .deepspeed_plugin import DeepSpeedPlugin
 from .errors import CheckpointError, ConfigError
 from .fsdp_config import FsdpConfig
 from .handlers import (
@@ -108,6 +110,10 @@ class Accelerator:
         log_with: experiment trackers for :meth:`log`: ``"tensorboard"``, ``"mlflow"``,
             ``"wandb"``, ``"trackio"``, ``"all"`` (every one installed), a list of them, or
             :class:`~notebook_accel.tracking.GeneralTracker` instances.
+        deepspeed_plugin: train with DeepSpeed's ZeRO: a
+            :class:`~notebook_accel.deepspeed_plugin.DeepSpeedPlugin` (needs the ``deepspeed``
+            extra; not with ``fsdp``); ``None`` takes the launcher's (off). Prepare each model
+            with its optimizer in one ``prepare`` call.
 
     Example:
         >>> accelerator = Accelerator()
@@ -136,13 +142,17 @@ class Accelerator:
         step_scheduler_with_optimizer: bool = True,
         rng_types: list[str] | None = None,
         log_with: Any = None,
+        deepspeed_plugin: DeepSpeedPlugin | None = None,
     ) -> None:
         # Validate every argument before joining a process group: errors come out clean.
         if mixed_precision is None:
             mixed_precision = env.launch_option("mixed_precision") or "no"  # type: ignore[assignment]
         precision = check_precision(mixed_precision)
-        steps = _accumulation_steps(gradient_accumulation_steps)
         fsdp_config = FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
+        plugin = _deepspeed_plugin(deepspeed_plugin, fsdp_config)
+        if gradient_accumulation_steps is None and plugin is not None:
+            gradient_accumulation_steps = plugin.accumulation_steps
+        steps = _accumulation_steps(gradient_accumulation_steps)
         if project_config is not None and not isinstance(project_config, ProjectConfiguration):
             raise ConfigError("project_config", project_config, "a ProjectConfiguration or None")
         self.project_configuration = project_config or ProjectConfiguration()
@@ -188,7 +198,12 @@ class Accelerator:
             fsdp=fsdp_config,
             ddp_kwargs=self.ddp_kwargs,
             ddp_handler=self._handler(DistributedDataParallelKwargs),
+            deepspeed=plugin,
+            gradient_state=self.gradient_state,
+            mixed_precision=precision,
+            split_batches=self.dataloader_config.split_batches,
         )
+        self.deepspeed_plugin = plugin
         self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
         self.step = 0  # backward() calls, saved in checkpoints
         self._objects = checkpoint.Stateful()
@@ -302,6 +317,7 @@ class Accelerator:
             plan.append(None if finished else match)
         # Models first (moving one may replace its parameters, which the optimizers of this
         # call must then follow); schedulers last (they must find their optimizer wrapped).
+        self._strategy.begin_prepare(objects)
         rank = {self._prepare_model: 0, self._prepare_scheduler: 2}
         out = list(objects)
         order = sorted(range(len(objects)), key=lambda i: rank.get(plan[i], 1))  # type: ignore[arg-type]
@@ -349,7 +365,7 @@ class Accelerator:
         if self._replaced:
             _follow_parameters(optimizer, self._replaced)
         self._strategy.prepare_optimizer(optimizer)
-        wrapped = AcceleratedOptimizer(optimizer, self.precision, self.gradient_state)
+        wrapped = self._strategy.wrap_optimizer(optimizer, self.precision, self.gradient_state)
         self._objects.optimizer.append(wrapped)
         return wrapped
 
@@ -397,7 +413,7 @@ class Accelerator:
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """``loss.backward()``, divided by the accumulation steps and scaled for fp16."""
         self.step += 1
-        if self.gradient_state.accumulation_steps > 1:
+        if self.gradient_state.accumulation_steps > 1 and not self._strategy.scales_loss:
             loss = loss / self.gradient_state.accumulation_steps
         self._strategy.backward(loss, self.precision, **kwargs)
 
@@ -1004,6 +1020,29 @@ class Accelerator:
             f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
             f"mixed_precision={self.mixed_precision!r})"
         )
+
+
+def _deepspeed_plugin(value: object, fsdp: FsdpConfig | None) -> DeepSpeedPlugin | None:
+    """The plugin given, or the launch's (``notebook_launcher(deepspeed=...)``), checked
+    before any process group work: a DeepSpeedPlugin, not with FSDP, package installed."""
+    if value is None:
+        option = env.launch_option("deepspeed")
+        value = DeepSpeedPlugin(**json.loads(option)) if option else None
+    if value is None:
+        return None
+    if not isinstance(value, DeepSpeedPlugin):
+        raise ConfigError("deepspeed_plugin", value, "a DeepSpeedPlugin or None")
+    if fsdp:
+        raise ConfigError(
+            "deepspeed_plugin",
+            "together with fsdp",
+            "one of deepspeed_plugin= and fsdp=",
+            "DeepSpeed's ZeRO and FSDP both shard the model; pick one.",
+        )
+    from .strategies.deepspeed import require_deepspeed
+
+    require_deepspeed()
+    return value
 
 
 def _data_config(

@@ -4,6 +4,7 @@
               checkpoint parts, the data-parallel rank and size
     ddp.py    DdpStrategy: DistributedDataParallel (a single process: no wrapper)
     fsdp.py   FsdpStrategy: FSDP2 over ``fsdp.Sharder``, DCP checkpoints
+    deepspeed.py  DeepSpeedStrategy: ZeRO 0-3 through a DeepSpeed engine (optional extra)
 
 The Accelerator builds one with :func:`select` and delegates to it.
 """
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..deepspeed_plugin import DeepSpeedPlugin
+from ..errors import ConfigError
 from ..fsdp_config import FsdpConfig
 from ..handlers import DistributedDataParallelKwargs
-from ..state import ProcessState
+from ..state import GradientState, ProcessState
 from .base import CheckpointPart, Strategy
 
 __all__ = ["CheckpointPart", "Strategy", "select"]
@@ -26,13 +29,32 @@ def select(
     fsdp: FsdpConfig | None = None,
     ddp_kwargs: dict[str, Any] | None = None,
     ddp_handler: DistributedDataParallelKwargs | None = None,
+    deepspeed: DeepSpeedPlugin | None = None,
+    gradient_state: GradientState | None = None,
+    mixed_precision: str = "no",
+    split_batches: bool = False,
 ) -> Strategy:
-    """The strategy for an Accelerator's options (validated already): FSDP when ``fsdp`` is
-    set, else DDP (which leaves a single process's models unwrapped).
+    """The strategy for an Accelerator's options (validated already): DeepSpeed when a
+    plugin is given, FSDP when ``fsdp`` is set, else DDP (which leaves a single process's
+    models unwrapped).
 
     Raises:
-        ConfigError: the strategy refuses this job (e.g. FSDP on one process).
+        ConfigError: DeepSpeed and FSDP together, or the strategy refuses this job (FSDP
+            on one process, DeepSpeed not installed).
     """
+    if deepspeed is not None and fsdp:
+        raise ConfigError(
+            "deepspeed_plugin",
+            "together with fsdp",
+            "one of deepspeed_plugin= and fsdp=",
+            "DeepSpeed's ZeRO and FSDP both shard the model; pick one.",
+        )
+    if deepspeed is not None:
+        from .deepspeed import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(
+            state, deepspeed, gradient_state or GradientState(), mixed_precision, split_batches
+        )
     if fsdp:
         from .fsdp import FsdpStrategy
 

@@ -26,8 +26,8 @@ from typing import Any, Protocol
 import torch
 
 from ..checkpoint import Stateful
-from ..precision import Precision
-from ..state import ProcessState
+from ..precision import AcceleratedOptimizer, Precision
+from ..state import GradientState, ProcessState
 
 __all__ = ["CheckpointPart", "Strategy"]
 
@@ -75,6 +75,15 @@ class Strategy:
         needs to know)."""
         return False
 
+    def scales_loss(self) -> bool:
+        """Whether :meth:`backward` divides the loss by the accumulation steps itself
+        (otherwise the Accelerator does before calling it)."""
+        return False
+
+    def begin_prepare(self, objects: Iterable[Any]) -> None:
+        """Called with every object of a ``prepare()`` call before any is prepared (for
+        strategies that build a model and its optimizer together)."""
+
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap or shard ``model`` (already on its device, with its precision's forward)."""
         return model
@@ -82,6 +91,12 @@ class Strategy:
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Make ``optimizer`` step the parameters this strategy's models hold."""
         return optimizer
+
+    def wrap_optimizer(
+        self, optimizer: torch.optim.Optimizer, precision: Precision, gradients: GradientState
+    ) -> AcceleratedOptimizer:
+        """The optimizer object ``prepare`` hands back (it steps on synchronising steps)."""
+        return AcceleratedOptimizer(optimizer, precision, gradients)
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The user's module inside this strategy's wrapper."""

@@ -1,0 +1,178 @@
+"""DeepSpeedPlugin: accelerate's description of a DeepSpeed run, validated, torch-free.
+
+    DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=..., hf_ds_config=...)
+        -> validated at construction (ConfigError naming the field and what is accepted)
+        -> ds_config(...): DeepSpeed's config dict with every ``"auto"`` filled from the
+           Accelerator's settings (accumulation, mixed precision, clipping) and the first
+           prepared loader's batch size; used by ``strategies/deepspeed.py``
+
+The config file may be a JSON path or a dict (``hf_ds_config``, as accelerate calls it);
+then ``zero_stage`` and the other fields, where given, override what the file says.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["DeepSpeedPlugin", "ZERO_STAGES", "OFFLOAD_DEVICES"]
+
+ZERO_STAGES = (0, 1, 2, 3)
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+# DeepSpeed builds these itself from a config section; we take the user's torch optimizer
+# and scheduler instead (as accelerate does without its DummyOptim/DummyScheduler).
+_UNSUPPORTED_SECTIONS = ("optimizer", "scheduler")
+
+
+def _read_config(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return copy.deepcopy(value)
+    if isinstance(value, str | os.PathLike):
+        path = Path(value)
+        try:
+            loaded = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError(
+                "hf_ds_config", os.fspath(value), f"a readable DeepSpeed JSON file ({err})"
+            ) from err
+        if not isinstance(loaded, dict):
+            raise ConfigError("hf_ds_config", os.fspath(value), "a JSON object")
+        return loaded
+    raise ConfigError("hf_ds_config", value, "a dict, a path to a JSON file, or None")
+
+
+@dataclass
+class DeepSpeedPlugin:
+    """Train with DeepSpeed's ZeRO (accelerate's ``DeepSpeedPlugin`` names).
+
+    Args:
+        hf_ds_config: a DeepSpeed config (dict or JSON file path); ``"auto"`` values are
+            filled from the Accelerator's settings.
+        gradient_accumulation_steps: micro-batches per step; ``None``/``"auto"``: the
+            Accelerator's.
+        gradient_clipping: max gradient norm DeepSpeed clips to in its step; ``None``: the
+            config's (none).
+        zero_stage: 0, 1, 2 or 3; ``None``: the config's, else 2 (accelerate's default).
+        offload_optimizer_device: ``"none"``, ``"cpu"`` or ``"nvme"`` (ZeRO 1-3).
+        offload_param_device: ``"none"``, ``"cpu"`` or ``"nvme"`` (ZeRO 3).
+        zero3_save_16bit_model: accepted for accelerate's signature (``save_model`` always
+            gathers the whole state dict).
+
+    Raises:
+        ConfigError: a field outside its accepted values, or a config with an
+            ``optimizer``/``scheduler`` section (pass torch objects to ``prepare``).
+
+    Example:
+        >>> plugin = DeepSpeedPlugin(zero_stage=3, gradient_accumulation_steps=2)
+        >>> plugin.zero_stage
+        3
+    """
+
+    hf_ds_config: Any = None
+    gradient_accumulation_steps: int | str | None = None
+    gradient_clipping: float | None = None
+    zero_stage: int | None = None
+    offload_optimizer_device: str | None = None
+    offload_param_device: str | None = None
+    zero3_save_16bit_model: bool | None = None
+    config: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.config = _read_config(self.hf_ds_config)
+        for section in _UNSUPPORTED_SECTIONS:
+            if section in self.config:
+                raise ConfigError(
+                    f"hf_ds_config[{section!r}]",
+                    self.config[section],
+                    "no such section: pass a torch optimizer/scheduler to accelerator.prepare",
+                )
+        zero = self.config.setdefault("zero_optimization", {})
+        if self.zero_stage is None:
+            self.zero_stage = int(zero.get("stage", 2))
+        if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
+            raise ConfigError("zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
+        zero["stage"] = self.zero_stage
+        for name, key in (
+            ("offload_optimizer_device", "offload_optimizer"),
+            ("offload_param_device", "offload_param"),
+        ):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if value not in OFFLOAD_DEVICES:
+                raise ConfigError(name, value, "one of " + ", ".join(map(repr, OFFLOAD_DEVICES)))
+            if value != "none":
+                zero.setdefault(key, {})["device"] = value
+        _check_steps(self.gradient_accumulation_steps)
+        clip = self.gradient_clipping
+        if clip is not None:
+            if isinstance(clip, bool) or not isinstance(clip, int | float) or clip < 0:
+                raise ConfigError("gradient_clipping", clip, "a number >= 0 or None")
+            self.config["gradient_clipping"] = float(clip)
+
+    @property
+    def accumulation_steps(self) -> int | None:
+        """The accumulation the plugin or its config fixes (``None``: the Accelerator's)."""
+        steps = self.gradient_accumulation_steps
+        if steps is None or steps == "auto":
+            steps = self.config.get("gradient_accumulation_steps")
+        return None if steps is None or steps == "auto" else int(steps)
+
+    def ds_config(
+        self,
+        *,
+        accumulation_steps: int,
+        mixed_precision: str,
+        micro_batch_size: int | None,
+        world_size: int,
+    ) -> dict[str, Any]:
+        """DeepSpeed's config with every ``"auto"`` (and every missing required key) filled.
+
+        Args:
+            accumulation_steps: the Accelerator's gradient accumulation steps.
+            mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``.
+            micro_batch_size: the per-process batch size of the first prepared loader
+                (``None``: 1, as when no loader was prepared).
+            world_size: processes in the job (data-parallel size).
+        """
+        cfg = copy.deepcopy(self.config)
+        micro = cfg.get("train_micro_batch_size_per_gpu", "auto")
+        if micro == "auto":
+            micro = micro_batch_size or 1
+        cfg["train_micro_batch_size_per_gpu"] = int(micro)
+        cfg["gradient_accumulation_steps"] = accumulation_steps
+        cfg["train_batch_size"] = int(micro) * accumulation_steps * world_size
+        for name in ("fp16", "bf16"):
+            section = cfg.setdefault(name, {})
+            if section.get("enabled", "auto") == "auto":
+                section["enabled"] = mixed_precision == name
+        if cfg.get("gradient_clipping", "auto") == "auto":
+            # DeepSpeed's own default clips to 1.0; unset means no clipping, as without it.
+            cfg["gradient_clipping"] = 0.0
+        # Our optimizers are torch's own: DeepSpeed refuses them under ZeRO without this.
+        cfg.setdefault("zero_allow_untested_optimizer", True)
+        cfg.setdefault("steps_per_print", 1 << 62)  # no progress lines of its own
+        return _no_auto(cfg)
+
+
+def _check_steps(steps: object) -> None:
+    if steps is not None and steps != "auto":
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError("gradient_accumulation_steps", steps, 'an int >= 1 or "auto"')
+
+
+def _no_auto(value: Any, where: str = "hf_ds_config") -> Any:
+    # An "auto" we do not know how to fill is refused by name rather than left to DeepSpeed.
+    if isinstance(value, dict):
+        return {k: _no_auto(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if value == "auto":
+        raise ConfigError(where, "auto", "a value: notebook_accel cannot fill this one")
+    return value

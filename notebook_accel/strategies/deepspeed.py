@@ -1,0 +1,305 @@
+"""DeepSpeed's ZeRO (stages 0-3) as a strategy; the ``deepspeed`` package is an optional extra.
+
+prepare(model, optimizer, loader) in one call (as accelerate requires):
+    begin_prepare   -> remembers the call's optimizers and the loader's batch size
+    prepare_model   -> deepspeed.initialize(model, the user's torch optimizer,
+                       plugin.ds_config(...) with "auto" filled) -> DeepSpeedEngine
+    wrap_optimizer  -> DeepSpeedOptimizer: step/zero_grad are the engine's (no-ops here)
+backward(loss)      -> engine.backward (DeepSpeed divides by the accumulation steps),
+                       then engine.step, told where the accumulation boundary is
+clipping            -> DeepSpeed clips in its step (``gradient_clipping``); the facade's
+                       clip_grad_norm_ returns the engine's global norm
+state dict          -> the whole module (ZeRO-3's partitions gathered: every rank calls)
+checkpoints         -> engine.save_checkpoint / load_checkpoint inside our staging folder
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from ..checkpoint import Stateful, find
+from ..deepspeed_plugin import DeepSpeedPlugin
+from ..errors import CheckpointError, ConfigError
+from ..precision import AcceleratedOptimizer, Precision
+from ..state import GradientState, ProcessState
+from .base import CheckpointPart, Strategy
+
+__all__ = ["DeepSpeedStrategy", "DeepSpeedOptimizer", "require_deepspeed", "CHECKPOINT_TAG"]
+
+# accelerate saves DeepSpeed's checkpoint under this tag in the checkpoint folder.
+CHECKPOINT_TAG = "pytorch_model"
+
+
+def require_deepspeed() -> None:
+    """Raise a ConfigError naming the extra when the ``deepspeed`` package is missing."""
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError(
+            "deepspeed",
+            "not installed",
+            "the deepspeed package",
+            "pip install 'notebook-accel[deepspeed]' after torch, with "
+            "--no-build-isolation (DeepSpeed builds against the installed torch).",
+        )
+
+
+def _engine_type() -> type:
+    from deepspeed import DeepSpeedEngine
+
+    return DeepSpeedEngine
+
+
+class DeepSpeedOptimizer(AcceleratedOptimizer):
+    """The prepared optimizer under DeepSpeed: the engine steps and zeroes in ``backward``.
+
+    ``optimizer`` is the user's torch optimizer (its ``param_groups`` drive the LR
+    schedulers); ``engine.optimizer`` is DeepSpeed's ZeRO optimizer around it.
+    """
+
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, engine: Any, gradients: GradientState
+    ) -> None:
+        self.optimizer = optimizer
+        self.engine = engine
+        self.gradients = gradients
+        self.step_was_skipped = False
+
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        """A no-op: the engine stepped in ``accelerator.backward``."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """A no-op: the engine zeroes gradients after its step."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """DeepSpeed's optimizer state (this rank's partition under ZeRO)."""
+        return self.engine.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load this rank's partition of DeepSpeed's optimizer state."""
+        self.engine.optimizer.load_state_dict(state_dict)
+
+    def __repr__(self) -> str:
+        return f"DeepSpeedOptimizer({self.optimizer!r})"
+
+
+class DeepSpeedPart:
+    """The engine's checkpoint (model, ZeRO optimizer partitions) inside our atomic save."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def save(self, folder: Path) -> None:
+        """Every rank writes its part under ``folder/pytorch_model`` (a collective)."""
+        self.engine.save_checkpoint(os.fspath(folder), tag=CHECKPOINT_TAG)
+
+    def load(self, folder: Path) -> None:
+        """Every rank reads its part; the partitions are re-cut to this job's size.
+
+        Raises:
+            CheckpointError: the folder holds no DeepSpeed checkpoint.
+        """
+        if not (folder / CHECKPOINT_TAG).is_dir():
+            raise CheckpointError(folder / CHECKPOINT_TAG, "missing: not saved with DeepSpeed")
+        path, _ = self.engine.load_checkpoint(os.fspath(folder), tag=CHECKPOINT_TAG)
+        if path is None:
+            raise CheckpointError(folder / CHECKPOINT_TAG, "DeepSpeed could not load it")
+
+
+class DeepSpeedStrategy(Strategy):
+    """ZeRO data parallelism through a DeepSpeed engine (one trained model per Accelerator).
+
+    Args:
+        state: the job's process facts (its process group is DeepSpeed's too).
+        plugin: the user's :class:`~notebook_accel.deepspeed_plugin.DeepSpeedPlugin`.
+        gradient_state: the Accelerator's accumulation counters.
+        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"`` (DeepSpeed's own config).
+        split_batches: loaders' batch sizes are global (divided by the processes).
+
+    Raises:
+        ConfigError: the ``deepspeed`` package is missing.
+    """
+
+    name = "deepspeed"
+
+    def __init__(
+        self,
+        state: ProcessState,
+        plugin: DeepSpeedPlugin,
+        gradient_state: GradientState,
+        mixed_precision: str,
+        split_batches: bool = False,
+    ) -> None:
+        require_deepspeed()
+        super().__init__(state)
+        self.plugin = plugin
+        self.gradient_state = gradient_state
+        self.mixed_precision = mixed_precision
+        self.split_batches = split_batches
+        self.engine: Any = None
+        self._call_optimizers: list[torch.optim.Optimizer] = []
+        self._micro_batch: int | None = None
+        self._engine_of: dict[int, Any] = {}  # id(user optimizer) -> engine
+
+    # ---- prepare ---------------------------------------------------------------------------
+    def begin_prepare(self, objects: Iterable[Any]) -> None:
+        """Note the call's optimizers (each goes into its model's engine) and batch size."""
+        objects = list(objects)
+        self._call_optimizers = [o for o in objects if isinstance(o, torch.optim.Optimizer)]
+        for obj in objects:
+            if isinstance(obj, DataLoader) and self._micro_batch is None:
+                size = obj.batch_size or getattr(obj.batch_sampler, "batch_size", None)
+                if size and self.split_batches:
+                    size = max(size // self.state.world_size, 1)
+                self._micro_batch = size
+
+    def is_prepared(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` is a DeepSpeed engine."""
+        return isinstance(model, _engine_type())
+
+    @property
+    def keeps_parameters(self) -> bool:
+        """False: DeepSpeed takes the optimizer together with its model."""
+        return False
+
+    @property
+    def scales_loss(self) -> bool:
+        """True: the engine divides the loss by its accumulation steps."""
+        return True
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``deepspeed.initialize`` with the optimizer of the same prepare call that steps
+        this model's parameters (none: an engine for inference).
+
+        Raises:
+            ConfigError: a second trained model (accelerate allows one per plugin).
+        """
+        import deepspeed
+
+        own = {id(p) for p in model.parameters()}
+        optimizer = next(
+            (
+                o
+                for o in self._call_optimizers
+                if any(id(p) in own for g in o.param_groups for p in g["params"])
+            ),
+            None,
+        )
+        if optimizer is not None and self.engine is not None:
+            raise ConfigError(
+                "prepare(model, optimizer)",
+                "a second trained model",
+                "one model with an optimizer per Accelerator under DeepSpeed",
+            )
+        config = self.plugin.ds_config(
+            accumulation_steps=self.gradient_state.accumulation_steps,
+            mixed_precision=self.mixed_precision,
+            micro_batch_size=self._micro_batch,
+            world_size=self.state.world_size,
+        )
+        engine, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=config, dist_init_required=False
+        )
+        if optimizer is not None:
+            self.engine = engine
+            self._engine_of[id(optimizer)] = engine
+        return engine
+
+    def wrap_optimizer(
+        self, optimizer: torch.optim.Optimizer, precision: Precision, gradients: GradientState
+    ) -> AcceleratedOptimizer:
+        """A :class:`DeepSpeedOptimizer` over the engine that took ``optimizer``.
+
+        Raises:
+            ConfigError: the optimizer's model was not prepared in the same call.
+        """
+        engine = self._engine_of.get(id(optimizer))
+        if engine is None:
+            raise ConfigError(
+                "prepare(optimizer)",
+                type(optimizer).__name__,
+                "an optimizer prepared in the same prepare() call as its model (DeepSpeed "
+                "builds both together)",
+            )
+        return DeepSpeedOptimizer(optimizer, engine, gradients)
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The user's module inside the engine."""
+        inner = model.module if self.is_prepared(model) else model
+        assert isinstance(inner, torch.nn.Module)
+        return inner
+
+    # ---- training step ---------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, precision: Precision, **kwargs: Any) -> None:
+        """The engine's backward (it divides by the accumulation steps), then its step,
+        which only updates at the accumulation boundary the Accelerator decided."""
+        if self.engine is None:
+            raise ConfigError(
+                "backward()", "no DeepSpeed engine", "prepare(model, optimizer) first"
+            )
+        sync = self.gradient_state.sync_gradients
+        self.engine.set_gradient_accumulation_boundary(sync)
+        self.engine.backward(loss, **kwargs)
+        self.engine.step()
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """Nothing to do: the engine reduces gradients at the accumulation boundary only."""
+        yield
+
+    def grad_norm(self, grads: list[torch.Tensor], norm_type: float = 2.0) -> torch.Tensor:
+        """The global norm the engine computed in its last step (0 before any)."""
+        norm = None if self.engine is None else self.engine.get_global_grad_norm()
+        if norm is None:
+            return torch.tensor(0.0)
+        return norm if isinstance(norm, torch.Tensor) else torch.tensor(float(norm))
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """DeepSpeed clips in its step by the plugin's ``gradient_clipping`` (as under
+        accelerate); this returns the norm it measured."""
+        return self.grad_norm([], norm_type)
+
+    # ---- state ------------------------------------------------------------------------------
+    def model_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        """The whole state dict of the user's module; ZeRO-3 gathers it (every rank calls)
+        and only the main process gets it (``{}`` elsewhere)."""
+        module = self.unwrap(model)
+        if self.plugin.zero_stage != 3 or not self.is_prepared(model):
+            return module.state_dict()
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+            if not self.state.is_main_process:
+                return {}
+            return {k: v.detach().clone().cpu() for k, v in module.state_dict().items()}
+
+    def checkpoint_parts(
+        self, objects: Stateful, directory: str | os.PathLike[str] | None = None
+    ) -> tuple[Stateful, CheckpointPart | None]:
+        """The engine's model and optimizer go through DeepSpeed's own checkpoint.
+
+        Raises:
+            CheckpointError: loading a checkpoint that has no DeepSpeed part.
+        """
+        if self.engine is None:
+            return objects, None
+        if directory is not None and not (find(directory) / CHECKPOINT_TAG).is_dir():
+            raise CheckpointError(
+                find(directory) / CHECKPOINT_TAG,
+                "missing: the checkpoint was not saved with DeepSpeed",
+            )
+        rest = replace(
+            objects,
+            model=[m for m in objects.model if m is not self.engine],
+            optimizer=[o for o in objects.optimizer if not isinstance(o, DeepSpeedOptimizer)],
+        )
+        return rest, DeepSpeedPart(self.engine)

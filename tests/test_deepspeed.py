@@ -32,11 +32,11 @@ def make_model() -> torch.nn.Sequential:
     return torch.nn.Sequential(torch.nn.Linear(6, 15), torch.nn.Tanh(), torch.nn.Linear(15, 3))
 
 
-def make_loader() -> DataLoader[Any]:
+def make_loader(shuffle: bool = True) -> DataLoader[Any]:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(160, 6, generator=g)
     y = x @ torch.randn(6, 3, generator=g)
-    return DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
+    return DataLoader(TensorDataset(x, y), batch_size=4, shuffle=shuffle)
 
 
 def train(
@@ -50,14 +50,16 @@ def train(
     acc = Accelerator(gradient_accumulation_steps=accumulation, deepspeed_plugin=plugin)
     model = make_model()
     opt = OPT(model.parameters())
-    model, opt, loader = acc.prepare(model, opt, make_loader())
+    model, opt, loader = acc.prepare(model, opt, make_loader(shuffle=folder is None))
     torch.manual_seed(0)  # the shuffle's draws, whatever DeepSpeed's setup consumed
 
-    def run(n: int) -> list[float]:
+    # A fixed list of batches: the replay after load_state sees the same ones.
+    batches = list(loader)
+
+    def run(n: int, start: int = 0) -> list[float]:
         losses = []
-        it = iter(loader)
-        for _ in range(n * accumulation):
-            x, y = next(it)
+        for i in range(n * accumulation):
+            x, y = batches[start + i]
             with acc.accumulate(model):
                 loss = F.mse_loss(model(x), y)
                 acc.backward(loss)
@@ -69,11 +71,12 @@ def train(
     if folder is None:
         run(steps)
         return [t.float() for t in acc.get_state_dict(model).values()]
-    run(steps // 2)
+    half = steps // 2
+    run(half)
     acc.save_state(folder)
-    first = run(steps // 2)
+    first = run(half, half * accumulation)
     acc.load_state(folder)
-    second = run(steps // 2)
+    second = run(half, half * accumulation)
     assert first == second, (first, second)
     return [t.float() for t in acc.get_state_dict(model).values()]
 
@@ -89,3 +92,64 @@ def test_zero_stages_equal_ddp(accumulation: int) -> None:
     for stage in ("1", "2", "3"):
         for ours, ref in zip(results[0][stage], ddp, strict=True):
             torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
+
+
+def _resume_and_export(folder: str) -> dict[str, Any]:
+    from notebook_accel.accelerator import Accelerator
+
+    out: dict[str, Any] = {}
+    for stage in (2, 3):
+        train(stage, 2, steps=4, folder=f"{folder}/ckpt{stage}")  # asserts the replay
+        acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage))
+        model = make_model()
+        model, opt = acc.prepare(model, OPT(model.parameters()))
+        path = acc.save_model(model, f"{folder}/export{stage}")
+        acc.wait_for_everyone()
+        out[str(stage)] = (str(path), type(acc.unwrap_model(model)).__name__)
+    return out
+
+
+def test_resume_is_exact_and_save_model_is_a_plain_state_dict(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    results = debug_launcher(_resume_and_export, (str(tmp_path),), num_processes=2)
+    for stage in ("2", "3"):
+        ckpt = tmp_path / f"ckpt{stage}"
+        assert (ckpt / "pytorch_model").is_dir() and (ckpt / "notebook_accel.json").is_file()
+        assert not list(tmp_path.glob(f".ckpt{stage}.*"))  # staged, then renamed into place
+        path, inner = results[0][stage]
+        assert inner == "Sequential"
+        plain = make_model()
+        plain.load_state_dict(load_file(path))  # every key, whole shapes
+        torch.testing.assert_close(plain.state_dict(), make_model().state_dict())
+
+
+def _one_process() -> list[float]:
+    return [float(t.sum()) for t in train(2, 2, steps=3)]
+
+
+def test_deepspeed_on_one_process() -> None:
+    (sums,) = debug_launcher(_one_process, num_processes=1)
+    assert len(sums) == 4
+
+
+def test_bad_plugin_values_are_refused() -> None:
+    with pytest.raises(ConfigError, match="zero_stage"):
+        DeepSpeedPlugin(zero_stage=4)
+    with pytest.raises(ConfigError, match="offload_optimizer_device"):
+        DeepSpeedPlugin(offload_optimizer_device="gpu")
+    with pytest.raises(ConfigError, match="optimizer"):
+        DeepSpeedPlugin(hf_ds_config={"optimizer": {"type": "AdamW"}})
+    cfg = DeepSpeedPlugin(hf_ds_config={"train_micro_batch_size_per_gpu": "auto"}).ds_config(
+        accumulation_steps=2, mixed_precision="bf16", micro_batch_size=4, world_size=2
+    )
+    assert cfg["train_batch_size"] == 16 and cfg["bf16"] == {"enabled": True}
+    assert cfg["zero_optimization"]["stage"] == 2 and cfg["gradient_clipping"] == 0.0
+
+
+def test_deepspeed_and_fsdp_together_are_refused() -> None:
+    from notebook_accel.accelerator import Accelerator
+
+    # Refused at construction, before any process group work.
+    with pytest.raises(ConfigError, match="deepspeed_plugin"):
+        Accelerator(deepspeed_plugin=DeepSpeedPlugin(), fsdp="full")

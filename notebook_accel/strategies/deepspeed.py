@@ -139,6 +139,12 @@ class DeepSpeedStrategy(Strategy):
     ) -> None:
         require_deepspeed()
         super().__init__(state)
+        if not torch.distributed.is_initialized():
+            # DeepSpeed needs a process group even alone (accelerate runs it on one process):
+            # a group of one over an in-memory store, nothing to rendezvous with.
+            torch.distributed.init_process_group(
+                state.backend, store=torch.distributed.HashStore(), rank=0, world_size=1
+            )
         self.plugin = plugin
         self.gradient_state = gradient_state
         self.mixed_precision = mixed_precision
@@ -273,12 +279,16 @@ class DeepSpeedStrategy(Strategy):
         """The whole state dict of the user's module; ZeRO-3 gathers it (every rank calls)
         and only the main process gets it (``{}`` elsewhere)."""
         module = self.unwrap(model)
-        if self.plugin.zero_stage != 3 or not self.is_prepared(model):
+        if not self.is_prepared(model):
             return module.state_dict()
         import deepspeed
 
-        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
-            if not self.state.is_main_process:
+        # ZeRO keeps parameters as views of one flat buffer (stages 1-2) or as partitions
+        # (stage 3): gather them, and copy each out, or a writer sees one shared storage.
+        gather = self.plugin.zero_stage == 3
+        params = list(module.parameters()) if gather else []
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=gather):
+            if gather and not self.state.is_main_process:
                 return {}
             return {k: v.detach().clone().cpu() for k, v in module.state_dict().items()}
 

@@ -31,6 +31,7 @@ _EXPORTS = {
     "LaunchPanel": "notebook_accel.widgets",
     "last_metrics": "notebook_accel.launch.charts",
     "FsdpConfig": "notebook_accel.fsdp_config",
+    "DeepSpeedPlugin": "notebook_accel.deepspeed_plugin",
     "ProjectConfiguration": "notebook_accel.project",
     "PartialState": "notebook_accel.processes",
     "DistributedDataParallelKwargs": "notebook_accel.handlers",

@@ -7,6 +7,7 @@ write the same JSON file (``env.config_file()``).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import tempfile
@@ -48,6 +49,7 @@ FILE_KEYS = (
     "master_port",
     "max_restarts",
     "fsdp",
+    "deepspeed",
 )
 
 
@@ -104,6 +106,9 @@ class LaunchConfig:
     # On a cluster, what each rank reserves ({"CPU": 4, "GPU": 1}) and how ranks are placed.
     resources_per_worker: Any = None
     placement_strategy: PlacementStrategy = "PACK"
+    # DeepSpeed ZeRO for the workers' Accelerator: None (off), True, a ZeRO stage, a dict of
+    # DeepSpeedPlugin fields or a plugin; normalised to a dict of fields (or None).
+    deepspeed: Any = None
     # The fields whose value came from the config file (not the call), for the launch banner.
     from_file: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     file_path: str = dataclasses.field(default="", compare=False, repr=False)
@@ -154,6 +159,7 @@ class LaunchConfig:
 
             object.__setattr__(self, "fsdp", FsdpConfig.coerce(self.fsdp))
         self._check_cluster()
+        self._check_deepspeed()
 
     def _check_cluster(self) -> None:
         if self.cluster is not None and (
@@ -188,6 +194,28 @@ class LaunchConfig:
                 "On a cluster, num_processes counts every rank on every machine.",
             )
 
+    def _check_deepspeed(self) -> None:
+        from .deepspeed_plugin import coerce_option  # torch-free
+
+        fields = coerce_option(self.deepspeed)
+        object.__setattr__(self, "deepspeed", fields)
+        if fields is None:
+            return
+        if self.fsdp is not None:
+            raise ConfigError(
+                "deepspeed",
+                fields,
+                "None when fsdp is set",
+                "DeepSpeed's ZeRO and FSDP both shard the model; pick one.",
+            )
+        if importlib.util.find_spec("deepspeed") is None:
+            raise ConfigError(
+                "deepspeed",
+                fields,
+                "the deepspeed package installed",
+                "pip install 'notebook-accel[deepspeed]' after torch, with --no-build-isolation.",
+            )
+
     def replace(self, **changes: Any) -> LaunchConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
@@ -202,6 +230,8 @@ class LaunchConfig:
             out["seed"] = str(self.seed)
         if self.fsdp is not None:
             out["fsdp"] = self.fsdp.to_option()
+        if self.deepspeed is not None:
+            out["deepspeed"] = json.dumps(self.deepspeed)
         return out
 
     def file_values(self) -> dict[str, Any]:

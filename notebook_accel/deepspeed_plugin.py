@@ -21,7 +21,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["DeepSpeedPlugin", "ZERO_STAGES", "OFFLOAD_DEVICES"]
+__all__ = ["DeepSpeedPlugin", "ZERO_STAGES", "OFFLOAD_DEVICES", "coerce_option"]
 
 ZERO_STAGES = (0, 1, 2, 3)
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
@@ -161,6 +161,57 @@ class DeepSpeedPlugin:
         cfg.setdefault("zero_allow_untested_optimizer", True)
         cfg.setdefault("steps_per_print", 1 << 62)  # no progress lines of its own
         return _no_auto(cfg)
+
+
+_FIELDS = (
+    "hf_ds_config",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "zero_stage",
+    "offload_optimizer_device",
+    "offload_param_device",
+    "zero3_save_16bit_model",
+)
+
+
+def coerce_option(value: object) -> dict[str, Any] | None:
+    """A launch's ``deepspeed=`` as plugin fields (JSON types), validated by building the
+    plugin: ``None``/``False`` (off), ``True`` (defaults: ZeRO-2), a ZeRO stage (int), a dict
+    of :class:`DeepSpeedPlugin` fields, or a plugin.
+
+    Raises:
+        ConfigError: anything else, or a field outside its accepted values.
+
+    Example:
+        >>> coerce_option(3)
+        {'zero_stage': 3}
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        fields: dict[str, Any] = {}
+    elif isinstance(value, int) and not isinstance(value, bool):
+        fields = {"zero_stage": value}
+    elif isinstance(value, DeepSpeedPlugin):
+        fields = {k: getattr(value, k) for k in _FIELDS if getattr(value, k) is not None}
+    elif isinstance(value, dict) and all(k in _FIELDS for k in value):
+        fields = dict(value)
+    else:
+        raise ConfigError(
+            "deepspeed",
+            value,
+            "None, True, a ZeRO stage (0-3), a DeepSpeedPlugin or a dict of its fields ("
+            + ", ".join(_FIELDS)
+            + ")",
+        )
+    if isinstance(fields.get("hf_ds_config"), os.PathLike):
+        fields["hf_ds_config"] = os.fspath(fields["hf_ds_config"])
+    DeepSpeedPlugin(**fields)  # validates every field
+    try:
+        json.dumps(fields)
+    except TypeError as err:
+        raise ConfigError("deepspeed", value, "JSON-serialisable fields") from err
+    return fields
 
 
 def _check_steps(steps: object) -> None:

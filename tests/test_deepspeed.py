@@ -153,3 +153,95 @@ def test_deepspeed_and_fsdp_together_are_refused() -> None:
     # Refused at construction, before any process group work.
     with pytest.raises(ConfigError, match="deepspeed_plugin"):
         Accelerator(deepspeed_plugin=DeepSpeedPlugin(), fsdp="full")
+
+
+def _launched() -> tuple[str, int, int]:
+    from notebook_accel import Accelerator
+
+    acc = Accelerator()
+    model = make_model()
+    model, _ = acc.prepare(model, OPT(model.parameters()))
+    assert acc.deepspeed_plugin is not None
+    return type(model).__name__, acc.deepspeed_plugin.zero_stage, acc.gradient_accumulation_steps
+
+
+def test_launch_option_reaches_the_workers_accelerator() -> None:
+    from notebook_accel import notebook_launcher
+
+    results = notebook_launcher(
+        _launched,
+        num_processes=2,
+        hardware="cpu",
+        deepspeed={"zero_stage": 3},
+        gradient_accumulation_steps=2,
+    )
+    assert results == [("DeepSpeedEngine", 3, 2)] * 2
+
+
+def test_launch_option_is_validated_in_the_notebook() -> None:
+    from notebook_accel import notebook_launcher
+    from notebook_accel.config import LaunchConfig
+
+    def never() -> None:
+        raise AssertionError("no worker may start")
+
+    with pytest.raises(ConfigError, match="deepspeed"):
+        notebook_launcher(never, num_processes=2, hardware="cpu", deepspeed="zero2")
+    with pytest.raises(ConfigError, match="zero_stage"):
+        notebook_launcher(never, num_processes=2, hardware="cpu", deepspeed=5)
+    with pytest.raises(ConfigError, match="fsdp"):
+        notebook_launcher(never, num_processes=2, hardware="cpu", deepspeed=2, fsdp="full")
+    config = LaunchConfig(deepspeed=DeepSpeedPlugin(zero_stage=1, gradient_clipping=1.0))
+    assert config.deepspeed == {"zero_stage": 1, "gradient_clipping": 1.0}
+    assert config.file_values()["deepspeed"] == {"zero_stage": 1, "gradient_clipping": 1.0}
+
+
+ACCELERATE_SCRIPT = """
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+from accelerate import Accelerator
+from accelerate.utils import DeepSpeedPlugin, set_seed
+
+
+def main():
+    plugin = DeepSpeedPlugin(zero_stage=2, gradient_accumulation_steps=2, gradient_clipping=1.0)
+    accelerator = Accelerator(deepspeed_plugin=plugin, mixed_precision="no")
+    set_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 15), torch.nn.Tanh(), torch.nn.Linear(15, 3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    x = torch.randn(64, 6)
+    y = x @ torch.randn(6, 3)
+    loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    first = last = None
+    for epoch in range(2):
+        for xb, yb in loader:
+            with accelerator.accumulate(model):
+                loss = F.mse_loss(model(xb), yb)
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+            first = first if first is not None else loss.item()
+            last = loss.item()
+    accelerator.wait_for_everyone()
+    return first, last
+"""
+
+
+def test_an_accelerate_script_runs_with_its_import_changed(tmp_path: Path) -> None:
+    from notebook_accel import notebook_launcher
+
+    ported = ACCELERATE_SCRIPT.replace("from accelerate", "from notebook_accel")
+    (tmp_path / "ds_script.py").write_text(ported)
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import ds_script  # type: ignore[import-not-found]
+
+        results = notebook_launcher(ds_script.main, num_processes=2, hardware="cpu")
+    finally:
+        sys.path.remove(str(tmp_path))
+    for first, last in results:
+        assert last < first  # it trained

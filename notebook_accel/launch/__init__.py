@@ -192,6 +192,7 @@ def notebook_launcher(
     cluster: str | None = None,
     resources_per_worker: dict[str, float] | None = None,
     placement_strategy: str | None = None,
+    deepspeed: Any = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` worker processes and return every result.
 
@@ -232,6 +233,9 @@ def notebook_launcher(
             ``{"CPU": 4, "GPU": 1}`` (default ``{"CPU": 1}``); a GPU makes it a CUDA launch.
         placement_strategy: on a cluster, ``"PACK"`` ranks on as few machines as possible
             (default) or ``"SPREAD"`` them across machines.
+        deepspeed: train with DeepSpeed's ZeRO in ``Accelerator.prepare`` (the ``deepspeed``
+            extra): ``True`` (ZeRO-2), a ZeRO stage 0-3, a ``DeepSpeedPlugin`` or a dict of
+            its fields; not with ``fsdp``; ``False`` clears a saved choice.
 
     Arguments left at ``None`` take the config file's value (written by the panel's "Save as
     default" or ``notebook-accel config``); the banner names each value that came from it.
@@ -278,6 +282,7 @@ def notebook_launcher(
         cluster=cluster,
         resources_per_worker=resources_per_worker,
         placement_strategy=placement_strategy,
+        deepspeed=deepspeed,
     )
     return launch(function, args, kwargs, config)
 

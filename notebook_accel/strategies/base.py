@@ -75,6 +75,7 @@ class Strategy:
         needs to know)."""
         return False
 
+    @property
     def scales_loss(self) -> bool:
         """Whether :meth:`backward` divides the loss by the accumulation steps itself
         (otherwise the Accelerator does before calling it)."""

@@ -86,6 +86,15 @@ def _launch_parser(sub: Any) -> None:
         metavar="STRATEGY|JSON",
         help="shard models with FSDP: full, grad_op, no_shard, hybrid, or FsdpConfig JSON",
     )
+    p.add_argument(
+        "--use_deepspeed",
+        "--use-deepspeed",
+        dest="use_deepspeed",
+        action="store_true",
+        help="train with DeepSpeed's ZeRO (the deepspeed extra)",
+    )
+    _add(p, "zero_stage", type=int, metavar="N", help="DeepSpeed's ZeRO stage, 0-3 (default 2)")
+    _add(p, "deepspeed_config_file", metavar="PATH", help="a DeepSpeed config JSON")
     _add(
         p,
         "cluster",
@@ -179,13 +188,32 @@ def _cli_message(exc: ConfigError) -> str:
     message = str(exc)
     for field, option in _FIELD_TO_OPTION.items():
         message = message.replace(f"{field}=", f"{option}=")
+    message = message.replace("zero_stage=", "--zero_stage=")
     return message.replace("num_nodes >", "--num_machines >")
 
 
 # -- launch ---------------------------------------------------------------------------------
 def _config_from(args: argparse.Namespace) -> LaunchConfig:
     given = {field: getattr(args, option) for option, field in _OPTIONS.items()}
+    deepspeed = _deepspeed_option(args)
+    if deepspeed is not None:
+        given["deepspeed"] = deepspeed
+        if args.fsdp is None:  # the command line's DeepSpeed wins over the file's FSDP
+            given["fsdp"] = False
     return LaunchConfig.from_defaults(args.config_file, **given)
+
+
+def _deepspeed_option(args: argparse.Namespace) -> dict[str, Any] | None:
+    """accelerate's --use_deepspeed / --zero_stage / --deepspeed_config_file as plugin fields
+    (either of the last two implies the first)."""
+    fields: dict[str, Any] = {}
+    if args.zero_stage is not None:
+        fields["zero_stage"] = args.zero_stage
+    if args.deepspeed_config_file is not None:
+        fields["hf_ds_config"] = str(Path(args.deepspeed_config_file).absolute())
+    if not fields and not args.use_deepspeed:
+        return None
+    return fields
 
 
 def _launch(args: argparse.Namespace) -> int:

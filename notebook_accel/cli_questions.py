@@ -6,6 +6,7 @@ answer takes the default shown in brackets. The result is a validated LaunchConf
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -82,7 +83,8 @@ def _machines(ask: Ask, current: LaunchConfig) -> dict[str, Any]:
 
 
 def ask_config(machine: hardware.Machine, current: LaunchConfig, ask: Ask = input) -> LaunchConfig:
-    """Ask hardware, processes, precision and machines; defaults are the current values.
+    """Ask hardware, processes, precision, machines and DeepSpeed; defaults are the current
+    values.
 
     Example:
         >>> answers = iter(["cpu", "4", "no", "1"])
@@ -108,9 +110,31 @@ def ask_config(machine: hardware.Machine, current: LaunchConfig, ask: Ask = inpu
     precision = _question(
         ask, f"Mixed precision ({', '.join(precisions)})?", default_mp, _choice(precisions)
     )
+    machines = _machines(ask, current)
+    default_ds = "no" if current.deepspeed is None else str(current.deepspeed.get("zero_stage", 2))
+    stage = _question(
+        ask, "Use DeepSpeed? (no, or a ZeRO stage: 0, 1, 2, 3)", default_ds, _deepspeed_answer
+    )
+    deepspeed = None if stage == "no" else {**(current.deepspeed or {}), "zero_stage": int(stage)}
     return current.replace(
         hardware=hw,
         num_processes=processes,
         mixed_precision=precision,
-        **_machines(ask, current),
+        deepspeed=deepspeed,
+        fsdp=None if deepspeed is not None else current.fsdp,
+        **machines,
     )
+
+
+def _deepspeed_answer(raw: str) -> str:
+    answer = raw.lower()
+    if answer in ("no", "n", "none"):
+        return "no"
+    if answer not in ("0", "1", "2", "3"):
+        raise ValueError("no, 0, 1, 2 or 3")
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ValueError(
+            "the deepspeed package is not installed (pip install 'notebook-accel[deepspeed]' "
+            "--no-build-isolation, after torch)"
+        )
+    return answer

@@ -114,8 +114,8 @@ def test_config_reset_deletes_the_file(config: Path) -> None:
 
 
 def test_config_questions_write_the_answers(script: Path, config: Path) -> None:
-    # hardware, processes (one wrong answer first), precision, machines
-    done = cli("config", config=config, stdin="cpu\n0\n3\nbf16\n1\n")
+    # hardware, processes (one wrong answer first), precision, machines, DeepSpeed
+    done = cli("config", config=config, stdin="cpu\n0\n3\nbf16\n1\nno\n")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not accepted" in done.stdout
     saved = json.loads(config.read_text())

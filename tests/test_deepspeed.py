@@ -245,3 +245,48 @@ def test_an_accelerate_script_runs_with_its_import_changed(tmp_path: Path) -> No
         sys.path.remove(str(tmp_path))
     for first, last in results:
         assert last < first  # it trained
+
+
+DS_SCRIPT = """
+import torch
+from notebook_accel import Accelerator
+
+acc = Accelerator()
+model = torch.nn.Linear(4, 2)
+model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+cfg = model.config  # DeepSpeed's resolved config
+print(f"engine={type(model).__name__} stage={acc.deepspeed_plugin.zero_stage} "
+      f"clip={cfg['gradient_clipping']} micro={cfg['train_micro_batch_size_per_gpu']}")
+"""
+
+
+def test_cli_launch_use_deepspeed(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "ds.py"
+    script.write_text(DS_SCRIPT)
+    ds_json = tmp_path / "ds_config.json"
+    ds_json.write_text(json.dumps({"gradient_clipping": 0.5, "zero_optimization": {"stage": 1}}))
+    args = ["launch", "--num_processes", "2", "--hardware", "cpu", "--use_deepspeed"]
+    args += ["--zero_stage", "3", "--deepspeed_config_file", str(ds_json), str(script)]
+    done = subprocess.run(
+        [sys.executable, "-m", "notebook_accel.cli", *args],
+        env=dict(os.environ, NOTEBOOK_ACCEL_CONFIG_FILE=str(tmp_path / "c.json")),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # --zero_stage overrides the file's stage; the file's clipping is kept.
+    assert "[rank 1] engine=DeepSpeedEngine stage=3 clip=0.5 micro=1" in done.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "notebook_accel.cli", "launch", "--zero_stage", "7", str(script)],
+        env=dict(os.environ, NOTEBOOK_ACCEL_CONFIG_FILE=str(tmp_path / "c.json")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "--zero_stage=7" in bad.stderr, bad.stderr

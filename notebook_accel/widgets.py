@@ -18,6 +18,7 @@ serving widget messages (the Stop button) while the workers run.
 from __future__ import annotations
 
 import html
+import importlib.util
 import sys
 import threading
 import time
@@ -149,6 +150,12 @@ class LaunchPanel(w.VBox):
                 ("DDP (a full copy per process)", "no"),
                 ("FSDP full shard", "full"),
                 ("FSDP shard grads/optimizer", "grad_op"),
+                # DeepSpeed is an optional extra: offered where it is installed.
+                *(
+                    [("DeepSpeed ZeRO-2", "zero2"), ("DeepSpeed ZeRO-3", "zero3")]
+                    if importlib.util.find_spec("deepspeed") is not None
+                    else []
+                ),
             ],
         )
         self.seed = w.Text(description="Seed", placeholder="none", style=style)
@@ -195,6 +202,8 @@ class LaunchPanel(w.VBox):
         seed = saved.get("seed")
         self.seed.value = "" if seed is None else str(seed)
         strategy = (saved.get("fsdp") or {}).get("sharding_strategy", "no")
+        if saved.get("deepspeed") is not None:
+            strategy = f"zero{saved['deepspeed'].get('zero_stage', 2)}"
         if strategy in dict(self.sharding.options).values():
             self.sharding.value = strategy
 
@@ -220,7 +229,10 @@ class LaunchPanel(w.VBox):
             mixed_precision=self.precision.value,
             gradient_accumulation_steps=self.accumulation.value,
             seed=seed,
-            fsdp=None if self.sharding.value == "no" else self.sharding.value,
+            fsdp=None if self.sharding.value in ("no", "zero2", "zero3") else self.sharding.value,
+            deepspeed=int(self.sharding.value[-1])
+            if self.sharding.value.startswith("zero")
+            else None,
         )
 
     # -- launching --------------------------------------------------------------------------

@@ -290,3 +290,22 @@ def test_cli_launch_use_deepspeed(tmp_path: Path) -> None:
         timeout=60,
     )
     assert bad.returncode == 2 and "--zero_stage=7" in bad.stderr, bad.stderr
+
+
+def test_panel_offers_deepspeed_and_keeps_the_choice(tmp_path: Path) -> None:
+    from notebook_accel import hardware
+    from notebook_accel.config import save_file
+    from notebook_accel.widgets import LaunchPanel
+
+    pytest.importorskip("ipywidgets")
+    machine = hardware.detect()
+    panel = LaunchPanel(lambda: None, machine=machine)
+    assert "zero3" in dict(panel.sharding.options).values()
+    panel.sharding.value = "zero3"
+    config = panel.launch_config
+    assert config.deepspeed == {"zero_stage": 3} and config.fsdp is None
+    path = save_file(config, tmp_path / "c.json")
+    from notebook_accel.config import load_file
+
+    panel._apply(load_file(path))
+    assert panel.sharding.value == "zero3"

@@ -309,3 +309,26 @@ def test_panel_offers_deepspeed_and_keeps_the_choice(tmp_path: Path) -> None:
 
     panel._apply(load_file(path))
     assert panel.sharding.value == "zero3"
+
+
+def _bf16() -> tuple[bool, str, float, float]:
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator(mixed_precision="bf16", deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+    model = make_model()
+    model, opt, loader = acc.prepare(model, OPT(model.parameters()), make_loader())
+    losses = []
+    for x, y in loader:
+        loss = F.mse_loss(model(x).float(), y)
+        acc.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss.detach()))
+    dtype = str(next(acc.unwrap_model(model).parameters()).dtype)
+    return model.config["bf16"]["enabled"], dtype, sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+
+
+def test_bf16_goes_through_deepspeeds_config() -> None:
+    for enabled, dtype, first, last in debug_launcher(_bf16, num_processes=2):
+        assert enabled and dtype == "torch.bfloat16"
+        assert last < first

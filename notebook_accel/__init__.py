@@ -32,6 +32,7 @@ _EXPORTS = {
     "last_metrics": "notebook_accel.launch.charts",
     "FsdpConfig": "notebook_accel.fsdp_config",
     "DeepSpeedPlugin": "notebook_accel.deepspeed_plugin",
+    "ParallelismConfig": "notebook_accel.parallelism_config",
     "ProjectConfiguration": "notebook_accel.project",
     "PartialState": "notebook_accel.processes",
     "DistributedDataParallelKwargs": "notebook_accel.handlers",

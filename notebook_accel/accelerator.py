@@ -36,6 +36,7 @@ from .handlers import (
     collect,
 )
 from .memory import release_memory
+from .parallelism_config import ParallelismConfig
 from .precision import (
     AcceleratedOptimizer,
     AcceleratedScheduler,
@@ -114,6 +115,9 @@ class Accelerator:
             :class:`~notebook_accel.deepspeed_plugin.DeepSpeedPlugin` (needs the ``deepspeed``
             extra; not with ``fsdp``); ``None`` takes the launcher's (off). Prepare each model
             with its optimizer in one ``prepare`` call.
+        parallelism_config: a :class:`~notebook_accel.parallelism_config.ParallelismConfig`
+            (accelerate's mesh sizes): tensor parallelism alone, or FSDP/HSDP by
+            ``dp_shard_size``/``dp_replicate_size``; not with ``fsdp`` or DeepSpeed.
 
     Example:
         >>> accelerator = Accelerator()
@@ -143,6 +147,7 @@ class Accelerator:
         rng_types: list[str] | None = None,
         log_with: Any = None,
         deepspeed_plugin: DeepSpeedPlugin | None = None,
+        parallelism_config: ParallelismConfig | None = None,
     ) -> None:
         # Validate every argument before joining a process group: errors come out clean.
         if mixed_precision is None:
@@ -150,6 +155,8 @@ class Accelerator:
         precision = check_precision(mixed_precision)
         fsdp_config = FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
         plugin = _deepspeed_plugin(deepspeed_plugin, fsdp_config)
+        if parallelism_config is not None and not isinstance(parallelism_config, ParallelismConfig):
+            raise ConfigError("parallelism_config", parallelism_config, "a ParallelismConfig")
         if gradient_accumulation_steps is None and plugin is not None:
             gradient_accumulation_steps = plugin.accumulation_steps
         steps = _accumulation_steps(gradient_accumulation_steps)
@@ -202,6 +209,7 @@ class Accelerator:
             gradient_state=self.gradient_state,
             mixed_precision=precision,
             split_batches=self.dataloader_config.split_batches,
+            parallelism=parallelism_config,
         )
         self.deepspeed_plugin = plugin
         self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger

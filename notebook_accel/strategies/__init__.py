@@ -5,6 +5,7 @@
     ddp.py    DdpStrategy: DistributedDataParallel (a single process: no wrapper)
     fsdp.py   FsdpStrategy: FSDP2 over ``fsdp.Sharder``, DCP checkpoints
     deepspeed.py  DeepSpeedStrategy: ZeRO 0-3 through a DeepSpeed engine (optional extra)
+    tensor_parallel.py  TensorParallelStrategy: parallelize_module on a "tp" mesh
 
 The Accelerator builds one with :func:`select` and delegates to it.
 """
@@ -17,6 +18,7 @@ from ..deepspeed_plugin import DeepSpeedPlugin
 from ..errors import ConfigError
 from ..fsdp_config import FsdpConfig
 from ..handlers import DistributedDataParallelKwargs
+from ..parallelism_config import ParallelismConfig
 from ..state import GradientState, ProcessState
 from .base import CheckpointPart, Strategy
 
@@ -33,6 +35,7 @@ def select(
     gradient_state: GradientState | None = None,
     mixed_precision: str = "no",
     split_batches: bool = False,
+    parallelism: ParallelismConfig | None = None,
 ) -> Strategy:
     """The strategy for an Accelerator's options (validated already): DeepSpeed when a
     plugin is given, FSDP when ``fsdp`` is set, else DDP (which leaves a single process's
@@ -42,6 +45,26 @@ def select(
         ConfigError: DeepSpeed and FSDP together, or the strategy refuses this job (FSDP
             on one process, DeepSpeed not installed).
     """
+    if parallelism is not None:
+        if deepspeed is not None or fsdp:
+            raise ConfigError(
+                "parallelism_config",
+                parallelism.sizes(),
+                "None when deepspeed_plugin or fsdp is set",
+                "The mesh's dp_shard_size already means FSDP; pick one way to say it.",
+            )
+        parallelism.check(state.world_size)
+        if parallelism.tp_size > 1:
+            from .tensor_parallel import TensorParallelStrategy
+
+            return TensorParallelStrategy(state, parallelism)
+        if parallelism.dp_shard_size > 1:
+            # The same FsdpConfig fsdp="hybrid" (or "full") builds: one mechanism for both.
+            hybrid = parallelism.dp_replicate_size > 1
+            fsdp = FsdpConfig(
+                sharding_strategy="hybrid" if hybrid else "full",
+                hybrid_shard_size=parallelism.dp_shard_size if hybrid else None,
+            )
     if deepspeed is not None and fsdp:
         raise ConfigError(
             "deepspeed_plugin",

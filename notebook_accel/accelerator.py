@@ -155,6 +155,9 @@ class Accelerator:
         precision = check_precision(mixed_precision)
         fsdp_config = FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
         plugin = _deepspeed_plugin(deepspeed_plugin, fsdp_config)
+        if parallelism_config is None and env.launch_option("parallelism_config"):
+            fields = json.loads(env.launch_option("parallelism_config") or "{}")
+            parallelism_config = ParallelismConfig(**fields)
         if parallelism_config is not None and not isinstance(parallelism_config, ParallelismConfig):
             raise ConfigError("parallelism_config", parallelism_config, "a ParallelismConfig")
         if gradient_accumulation_steps is None and plugin is not None:

@@ -50,6 +50,7 @@ FILE_KEYS = (
     "max_restarts",
     "fsdp",
     "deepspeed",
+    "parallelism_config",
 )
 
 
@@ -109,6 +110,9 @@ class LaunchConfig:
     # DeepSpeed ZeRO for the workers' Accelerator: None (off), True, a ZeRO stage, a dict of
     # DeepSpeedPlugin fields or a plugin; normalised to a dict of fields (or None).
     deepspeed: Any = None
+    # The workers' Accelerator's mesh: None, a ParallelismConfig or a dict of its fields;
+    # normalised to a dict (or None).
+    parallelism_config: Any = None
     # The fields whose value came from the config file (not the call), for the launch banner.
     from_file: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     file_path: str = dataclasses.field(default="", compare=False, repr=False)
@@ -196,9 +200,19 @@ class LaunchConfig:
 
     def _check_deepspeed(self) -> None:
         from .deepspeed_plugin import coerce_option  # torch-free
+        from .parallelism_config import coerce_option as mesh_option
 
         fields = coerce_option(self.deepspeed)
         object.__setattr__(self, "deepspeed", fields)
+        mesh = mesh_option(self.parallelism_config)
+        object.__setattr__(self, "parallelism_config", mesh)
+        if mesh is not None and (self.fsdp is not None or self.deepspeed is not None):
+            raise ConfigError(
+                "parallelism_config",
+                mesh,
+                "None when fsdp or deepspeed is set",
+                "The mesh's dp_shard_size already means FSDP; pick one way to say it.",
+            )
         if fields is None:
             return
         if self.fsdp is not None:
@@ -232,6 +246,8 @@ class LaunchConfig:
             out["fsdp"] = self.fsdp.to_option()
         if self.deepspeed is not None:
             out["deepspeed"] = json.dumps(self.deepspeed)
+        if self.parallelism_config is not None:
+            out["parallelism_config"] = json.dumps(self.parallelism_config)
         return out
 
     def file_values(self) -> dict[str, Any]:

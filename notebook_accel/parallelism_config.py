@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["ParallelismConfig", "TP_STYLES"]
+__all__ = ["ParallelismConfig", "TP_STYLES", "coerce_option"]
 
 TP_STYLES = ("colwise", "rowwise")
 
@@ -109,3 +109,31 @@ class ParallelismConfig:
             "tp_size": self.tp_size,
             "cp_size": self.cp_size,
         }
+
+
+def coerce_option(value: object) -> dict[str, Any] | None:
+    """A launch's ``parallelism_config=`` as JSON fields, validated by building the config:
+    ``None``, a :class:`ParallelismConfig` or a dict of its fields.
+
+    Raises:
+        ConfigError: anything else, or a field outside its accepted values.
+
+    Example:
+        >>> coerce_option({"tp_size": 2})
+        {'tp_size': 2}
+    """
+    if value is None or value is False:
+        return None
+    names = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "tp_plan")
+    if isinstance(value, ParallelismConfig):
+        fields = {n: getattr(value, n) for n in names if getattr(value, n) is not None}
+    elif isinstance(value, dict) and all(k in names for k in value):
+        fields = dict(value)
+    else:
+        raise ConfigError(
+            "parallelism_config",
+            value,
+            "None, a ParallelismConfig or a dict of its fields (" + ", ".join(names) + ")",
+        )
+    ParallelismConfig(**fields)
+    return fields

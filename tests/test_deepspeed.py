@@ -332,3 +332,14 @@ def test_bf16_goes_through_deepspeeds_config() -> None:
     for enabled, dtype, first, last in debug_launcher(_bf16, num_processes=2):
         assert enabled and dtype == "torch.bfloat16"
         assert last < first
+
+
+def test_missing_package_is_refused_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from notebook_accel.config import LaunchConfig
+
+    # find_spec answers None for a module set to None in sys.modules: as if not installed.
+    monkeypatch.setitem(sys.modules, "deepspeed", None)
+    with pytest.raises(ConfigError, match=r"notebook-accel\[deepspeed\]"):
+        LaunchConfig(deepspeed=2)

@@ -107,3 +107,57 @@ def test_bad_meshes_are_refused() -> None:
         ParallelismConfig(tp_size=3).check(2)
     with pytest.raises(ConfigError, match="tp_size"):
         ParallelismConfig(dp_shard_size=2, tp_size=2).check(4)
+
+
+def _mesh_strategy(replicate: int, shard: int) -> tuple[str, tuple[int, ...], int, int]:
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator(
+        parallelism_config=ParallelismConfig(dp_replicate_size=replicate, dp_shard_size=shard)
+    )
+    model = acc.prepare(torch.nn.Linear(8, 8, bias=False))
+    strategy = acc._strategy
+    local = sum(p.to_local().numel() for p in model.parameters())
+    return strategy.name, tuple(strategy.sharder.mesh.shape), local, strategy.data_parallel_size
+
+
+def test_hsdp_from_the_mesh_sizes_is_fsdp_hybrid() -> None:
+    # dp_replicate=2 x dp_shard=2: the same hybrid mesh as fsdp="hybrid" with groups of 2.
+    results = debug_launcher(_mesh_strategy, (2, 2), num_processes=4)
+    assert {r[:2] for r in results} == {("fsdp", (2, 2))}
+    assert all(r[2] == 32 and r[3] == 4 for r in results)  # 64 weights cut in 2 shards
+
+
+def _launched_mesh() -> tuple[str, int]:
+    from notebook_accel import Accelerator
+
+    acc = Accelerator()
+    acc.prepare(make_model())
+    return acc._strategy.name, acc._strategy.data_parallel_size
+
+
+def test_launch_option_reaches_the_workers_and_is_checked_first() -> None:
+    from notebook_accel import notebook_launcher
+
+    results = notebook_launcher(
+        _launched_mesh,
+        num_processes=2,
+        hardware="cpu",
+        parallelism_config={"tp_size": 2, "tp_plan": PLAN},
+    )
+    assert results == [("tp", 1)] * 2
+
+    def never() -> None:
+        raise AssertionError("no worker may start")
+
+    # tp_size not dividing the processes, and FSDP said twice: refused in the notebook.
+    with pytest.raises(ConfigError, match="parallelism_config"):
+        notebook_launcher(never, num_processes=2, hardware="cpu", parallelism_config={"tp_size": 3})
+    with pytest.raises(ConfigError, match="parallelism_config"):
+        notebook_launcher(
+            never,
+            num_processes=2,
+            hardware="cpu",
+            parallelism_config={"dp_shard_size": 2},
+            fsdp="full",
+        )

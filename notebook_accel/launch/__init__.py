@@ -123,6 +123,11 @@ def launch(
             "FSDP with at least 2 processes (num_processes >= 2)",
             "With one process there is nothing to shard: pass fsdp=None.",
         )
+    if config.parallelism_config is not None:
+        from ..parallelism_config import ParallelismConfig
+
+        mesh = ParallelismConfig(**config.parallelism_config)
+        mesh.check(plan.num_processes * config.num_nodes)
     if plan.backend != "xla":
         warm_up(config.start_method)
     display = display or Display(output=config.output)
@@ -193,6 +198,7 @@ def notebook_launcher(
     resources_per_worker: dict[str, float] | None = None,
     placement_strategy: str | None = None,
     deepspeed: Any = None,
+    parallelism_config: Any = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` worker processes and return every result.
 
@@ -236,6 +242,9 @@ def notebook_launcher(
         deepspeed: train with DeepSpeed's ZeRO in ``Accelerator.prepare`` (the ``deepspeed``
             extra): ``True`` (ZeRO-2), a ZeRO stage 0-3, a ``DeepSpeedPlugin`` or a dict of
             its fields; not with ``fsdp``; ``False`` clears a saved choice.
+        parallelism_config: the workers' mesh (``ParallelismConfig`` or a dict of its fields:
+            ``dp_replicate_size``, ``dp_shard_size``, ``tp_size``...); its sizes must multiply
+            to the job's processes (checked before any process starts).
 
     Arguments left at ``None`` take the config file's value (written by the panel's "Save as
     default" or ``notebook-accel config``); the banner names each value that came from it.
@@ -283,6 +292,7 @@ def notebook_launcher(
         resources_per_worker=resources_per_worker,
         placement_strategy=placement_strategy,
         deepspeed=deepspeed,
+        parallelism_config=parallelism_config,
     )
     return launch(function, args, kwargs, config)
 

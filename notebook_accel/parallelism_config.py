@@ -2,12 +2,13 @@
 
     ParallelismConfig(dp_replicate_size=, dp_shard_size=, tp_size=, cp_size=)
         -> check(world_size): the sizes multiply to the job's processes
-        -> strategies.select: tp_size > 1 -> TensorParallelStrategy (tensor parallel alone);
+        -> strategies.select: tp_size > 1 -> TensorParallelStrategy (TP alone, or
+           dp_shard_size x tp_size: TP then FSDP2 on a 2-D mesh);
            dp_shard_size > 1 -> FSDP ("hybrid" with dp_replicate_size > 1: the same
            FsdpConfig as fsdp="hybrid" builds); dp_replicate_size alone -> DDP
 
-What is not built yet is refused by name: context parallelism, and tensor parallelism
-combined with data parallelism (TP x FSDP, HSDP x TP).
+What is not built yet is refused by name: context parallelism, and TP with replicas
+(dp_replicate_size > 1 together with tp_size > 1).
 """
 
 from __future__ import annotations
@@ -93,12 +94,12 @@ class ParallelismConfig:
                 f"sizes whose product is the job's {world_size} processes "
                 f"(these multiply to {self.total_size})",
             )
-        if self.tp_size > 1 and self.dp_replicate_size * self.dp_shard_size > 1:
+        if self.tp_size > 1 and self.dp_replicate_size > 1:
             raise ConfigError(
-                "parallelism_config.tp_size",
-                self.tp_size,
-                "tensor parallelism alone (dp_replicate_size = dp_shard_size = 1): TP combined "
-                "with data parallelism is not built yet",
+                "parallelism_config.dp_replicate_size",
+                self.dp_replicate_size,
+                "1 when tp_size > 1: TP with replicas (HSDP x TP) is not built yet; "
+                "TP alone and dp_shard_size x tp_size are",
             )
 
     def sizes(self) -> dict[str, Any]:

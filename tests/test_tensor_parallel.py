@@ -105,8 +105,8 @@ def test_bad_meshes_are_refused() -> None:
         ParallelismConfig(tp_size=2, tp_plan={"0": "diagonal"})
     with pytest.raises(ConfigError, match="parallelism_config"):
         ParallelismConfig(tp_size=3).check(2)
-    with pytest.raises(ConfigError, match="tp_size"):
-        ParallelismConfig(dp_shard_size=2, tp_size=2).check(4)
+    with pytest.raises(ConfigError, match="dp_replicate_size"):
+        ParallelismConfig(dp_replicate_size=2, tp_size=2).check(4)
 
 
 def _mesh_strategy(replicate: int, shard: int) -> tuple[str, tuple[int, ...], int, int]:
@@ -161,3 +161,28 @@ def test_launch_option_reaches_the_workers_and_is_checked_first() -> None:
             parallelism_config={"dp_shard_size": 2},
             fsdp="full",
         )
+
+
+def _two_d(shard: int, tp: int) -> dict[str, torch.Tensor]:
+    from notebook_accel.accelerator import Accelerator
+
+    mesh = ParallelismConfig(dp_shard_size=shard, tp_size=tp, tp_plan=PLAN) if tp > 1 else None
+    # Global batches of 8 cut across the data-parallel ranks: one process takes all 8.
+    acc = Accelerator(parallelism_config=mesh, split_batches=True)
+    model = make_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+    loader = DataLoader(make_loader().dataset, batch_size=8)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    for x, y in list(loader)[:4]:
+        acc.backward(F.mse_loss(model(x), y))
+        acc.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+    return acc.get_state_dict(model)
+
+
+def test_dp_shard2_x_tp2_on_four_processes_equals_one_process() -> None:
+    (one,) = debug_launcher(_two_d, (1, 1), num_processes=1)
+    results = debug_launcher(_two_d, (2, 2), num_processes=4)
+    for key, ref in one.items():
+        torch.testing.assert_close(results[0][key], ref, atol=1e-5, rtol=1e-5)

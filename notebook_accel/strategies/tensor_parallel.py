@@ -1,4 +1,4 @@
-"""Tensor parallelism (torch's ``parallelize_module``) on a 1-D ``"tp"`` device mesh.
+"""Tensor parallelism (torch's ``parallelize_module``), alone or with FSDP2 on a 2-D mesh.
 
 prepare(model)      -> rank 0's weights broadcast, then parallelize_module with the plan:
                        ParallelismConfig.tp_plan, else ``model.tp_plan``, else a
@@ -72,10 +72,13 @@ class TensorParallelStrategy(Strategy):
 
     @property
     def mesh(self) -> DeviceMesh:
-        """The 1-D ``"tp"`` mesh (built on first use: every rank)."""
+        """The ``("dp_shard", "tp")`` mesh (built on first use: every rank); ranks that
+        differ only in their TP coordinate are neighbours, so a TP group is contiguous."""
         if self._mesh is None:
             self._mesh = init_device_mesh(
-                self.state.device.type, (self.config.tp_size,), mesh_dim_names=("tp",)
+                self.state.device.type,
+                (self.config.dp_shard_size, self.config.tp_size),
+                mesh_dim_names=("dp_shard", "tp"),
             )
         return self._mesh
 
@@ -108,7 +111,12 @@ class TensorParallelStrategy(Strategy):
         with torch.no_grad():
             for tensor in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(tensor.data, src=0)
-        parallelize_module(root, self.mesh, styles)
+        parallelize_module(root, self.mesh["tp"], styles)
+        if self.config.dp_shard_size > 1:
+            # 2-D: the TP slices are then sharded across the data-parallel dimension (FSDP2).
+            from torch.distributed.fsdp import fully_shard
+
+            fully_shard(model, mesh=self.mesh["dp_shard"])
         new = dict(model.named_parameters())
         for name, ref in old.items():
             param = ref()
@@ -131,6 +139,9 @@ class TensorParallelStrategy(Strategy):
 
     def model_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
         """Whole tensors on every rank (each DTensor gathered: every rank calls)."""
+        if self.config.dp_shard_size > 1:
+            full = fsdp_.full_state_dict(model)  # gathered over both dimensions, on rank 0
+            return full if self.state.is_main_process else {}
         return {
             k: v.full_tensor() if isinstance(v, DTensor) else v
             for k, v in model.state_dict().items()
@@ -145,10 +156,14 @@ class TensorParallelStrategy(Strategy):
 
     @property
     def data_parallel_rank(self) -> int:
-        """0: every tensor-parallel rank reads the same batches."""
-        return 0
+        """The rank along the data-parallel dimension (TP ranks share it, and their batches)."""
+        return self.state.rank // self.config.tp_size
 
     @property
     def data_parallel_size(self) -> int:
-        """1: the data is not split across tensor-parallel ranks."""
-        return 1
+        """``dp_shard_size``: the data is split across data-parallel ranks only."""
+        return self.config.dp_shard_size
+
+    def no_sync(self, model: torch.nn.Module) -> Any:
+        """With a data-parallel dimension: FSDP's no-sync (no reduce-scatter)."""
+        return fsdp_.no_sync(model)

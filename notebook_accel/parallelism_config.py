@@ -20,7 +20,9 @@ from .errors import ConfigError
 
 __all__ = ["ParallelismConfig", "TP_STYLES", "coerce_option"]
 
-TP_STYLES = ("colwise", "rowwise")
+# transformers' names: "colwise_gather_output"/"colwise_rep" is colwise with the output
+# gathered whole (e.g. lm_head before the loss).
+TP_STYLES = ("colwise", "rowwise", "colwise_gather_output", "colwise_rep")
 
 
 def _size(name: str, value: object) -> int:
@@ -39,8 +41,9 @@ class ParallelismConfig:
         tp_size: tensor-parallel ranks (each holds a slice of every planned layer).
         cp_size: context parallelism: must be 1 (not built yet).
         tp_plan: module name (``fnmatch`` patterns allowed, e.g. ``"layers.*.fc1"``) ->
-            ``"colwise"`` or ``"rowwise"``; ``None``: the model's own ``tp_plan`` or its
-            transformers config's ``base_model_tp_plan``.
+            ``"colwise"``, ``"rowwise"`` or ``"colwise_gather_output"`` (output gathered
+            whole); ``None``: a transformers model's ``config.base_model_tp_plan``, else the
+            model's own ``tp_plan``.
 
     Raises:
         ConfigError: a size below 1, context parallelism, or a plan style other than

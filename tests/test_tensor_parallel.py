@@ -186,3 +186,40 @@ def test_dp_shard2_x_tp2_on_four_processes_equals_one_process() -> None:
     results = debug_launcher(_two_d, (2, 2), num_processes=4)
     for key, ref in one.items():
         torch.testing.assert_close(results[0][key], ref, atol=1e-5, rtol=1e-5)
+
+
+def _llama(tp: int) -> list[float]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator(parallelism_config=ParallelismConfig(tp_size=tp) if tp > 1 else None)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+    )
+    model = LlamaForCausalLM(config)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = acc.prepare(model, opt)  # no tp_plan: the model's base_model_tp_plan
+    ids = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(3):
+        loss = model(input_ids=ids, labels=ids).loss
+        acc.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def test_transformers_base_model_tp_plan_equals_one_process() -> None:
+    pytest.importorskip("transformers")
+    (one,) = debug_launcher(_llama, (1,), num_processes=1)
+    for losses in debug_launcher(_llama, (2,), num_processes=2):
+        torch.testing.assert_close(losses, one, atol=1e-5, rtol=1e-5)

@@ -22,14 +22,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    RowwiseParallel,
+    parallelize_module,
+)
 
 from .. import fsdp as fsdp_
 from ..checkpoint import Stateful
 from ..checkpoint_sharded import ShardedPart
 from ..errors import ConfigError
-from ..parallelism_config import ParallelismConfig
+from ..parallelism_config import TP_STYLES, ParallelismConfig
 from ..state import ProcessState
 from .base import CheckpointPart, Strategy
 
@@ -40,18 +45,28 @@ def _plan_of(model: torch.nn.Module, config: ParallelismConfig) -> tuple[torch.n
     """(the module the plan's names are relative to, the plan)."""
     if config.tp_plan:
         return model, dict(config.tp_plan)
-    own = getattr(model, "tp_plan", None)
-    if isinstance(own, dict) and own:
-        return model, dict(own)
+    # A transformers model's base_model_tp_plan first: its model-level tp_plan adds styles
+    # (embeddings, gathered heads) that this strategy does not build.
     hf = getattr(getattr(model, "config", None), "base_model_tp_plan", None)
     if isinstance(hf, dict) and hf:
         return getattr(model, "base_model", model), dict(hf)
+    own = getattr(model, "tp_plan", None)
+    if isinstance(own, dict) and own:
+        return model, dict(own)
     raise ConfigError(
         "parallelism_config.tp_plan",
         None,
         'a plan: {"module.name": "colwise" | "rowwise"}, a model.tp_plan, or a transformers '
         "model whose config has base_model_tp_plan",
     )
+
+
+def _style(name: str) -> ParallelStyle:
+    if name == "rowwise":
+        return RowwiseParallel()
+    if name == "colwise":
+        return ColwiseParallel()
+    return ColwiseParallel(output_layouts=Replicate())  # gathered output
 
 
 class TensorParallelStrategy(Strategy):
@@ -102,11 +117,17 @@ class TensorParallelStrategy(Strategy):
         names = [n for n, _ in root.named_modules() if n]
         styles: dict[str, Any] = {}
         for pattern, style in plan.items():
+            if style not in TP_STYLES:  # a model's own plan may use styles not built here
+                raise ConfigError(
+                    f"tp_plan[{pattern!r}]",
+                    style,
+                    "one of " + ", ".join(map(repr, TP_STYLES)) + " (pass your own tp_plan)",
+                )
             if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
                 raise ConfigError(
                     f"tp_plan[{pattern!r}]", style, "a pattern matching a submodule's name"
                 )
-            styles[pattern] = ColwiseParallel() if style == "colwise" else RowwiseParallel()
+            styles[pattern] = _style(style)
         old = {name: weakref.ref(p) for name, p in model.named_parameters()}
         with torch.no_grad():
             for tensor in [*model.parameters(), *model.buffers()]:

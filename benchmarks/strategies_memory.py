@@ -1,0 +1,145 @@
+"""Peak memory per rank and step time of each strategy on one model, beside its peers.
+
+The MLP of benchmarks/fsdp_memory.py (``--layers`` x Linear(``--width``), fp32: 268 MB by
+default), AdamW, random batches, 2 CPU processes (gloo), each variant in its own launch,
+variants interleaved over ``--rounds`` rounds, medians reported (see fsdp_memory.py for how
+peak RSS and step time are measured).
+
+- DDP, FSDP (ours), ZeRO-2 / ZeRO-3 (ours: ``Accelerator(deepspeed_plugin=...)``), TP=2 (ours:
+  ``ParallelismConfig(tp_size=2)``, Linear layers alternately colwise/rowwise);
+- peers: accelerate's DeepSpeed plugin at the same ZeRO stages, and raw torch's
+  ``parallelize_module`` with the same TP plan.
+
+Targets (issue 11): ZeRO-3 and TP=2 <= 0.6x DDP's peak per rank; each ZeRO stage's step time
+<= 1.1x accelerate's at that stage; TP=2 <= 1.1x raw torch's.
+
+Run: ``python benchmarks/strategies_memory.py [--only "ZeRO-3 (ours)" ...]`` (needs deepspeed
+and accelerate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from _measure import Result, peak_since, reset_peak, run_rounds
+from fsdp_memory import _build, _train, ddp, ours_fsdp
+
+
+def _plan(cfg: dict[str, Any]) -> dict[str, str]:
+    # Linear layers sit at even indices (ReLU between): colwise then rowwise, pair by pair.
+    return {str(2 * i): ("colwise" if i % 2 == 0 else "rowwise") for i in range(cfg["layers"])}
+
+
+def _ours_zero(cfg: dict[str, Any], stage: int) -> Result:
+    from notebook_accel.accelerator import Accelerator
+    from notebook_accel.deepspeed_plugin import DeepSpeedPlugin
+
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage))
+    base = reset_peak()
+    model, opt = acc.prepare(*_build(cfg))
+    times = _train(model, opt, acc.backward, cfg)
+    return times, peak_since(base)
+
+
+def _accelerate_zero(cfg: dict[str, Any], stage: int) -> Result:
+    from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin
+
+    plugin = DeepSpeedPlugin(zero_stage=stage, gradient_accumulation_steps=1)
+    plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg["batch"]
+    plugin.deepspeed_config["train_batch_size"] = cfg["batch"] * 2
+    plugin.deepspeed_config["zero_allow_untested_optimizer"] = True
+    plugin.deepspeed_config["gradient_clipping"] = 0.0
+    acc = Accelerator(deepspeed_plugin=plugin)
+    base = reset_peak()
+    model, opt = acc.prepare(*_build(cfg))
+    times = _train(model, opt, acc.backward, cfg)
+    return times, peak_since(base)
+
+
+def ours_tp(cfg: dict[str, Any]) -> Result:
+    from notebook_accel.accelerator import Accelerator
+    from notebook_accel.parallelism_config import ParallelismConfig
+
+    acc = Accelerator(parallelism_config=ParallelismConfig(tp_size=2, tp_plan=_plan(cfg)))
+    base = reset_peak()
+    model, opt = acc.prepare(*_build(cfg))
+    times = _train(model, opt, acc.backward, cfg)
+    return times, peak_since(base)
+
+
+def torch_tp(cfg: dict[str, Any]) -> Result:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    torch.distributed.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (2,))
+    base = reset_peak()
+    model, _ = _build(cfg)
+    styles = {
+        k: ColwiseParallel() if v == "colwise" else RowwiseParallel() for k, v in _plan(cfg).items()
+    }
+    parallelize_module(model, mesh, styles)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    times = _train(model, opt, lambda loss: loss.backward(), cfg)
+    return times, peak_since(base)
+
+
+VARIANTS: dict[str, Callable[[dict[str, Any]], Result]] = {
+    "DDP (ours)": ddp,
+    "FSDP (ours)": ours_fsdp,
+    "ZeRO-2 (ours)": lambda cfg: _ours_zero(cfg, 2),
+    "ZeRO-2 (accelerate)": lambda cfg: _accelerate_zero(cfg, 2),
+    "ZeRO-3 (ours)": lambda cfg: _ours_zero(cfg, 3),
+    "ZeRO-3 (accelerate)": lambda cfg: _accelerate_zero(cfg, 3),
+    "TP=2 (ours)": ours_tp,
+    "TP=2 (raw torch)": torch_tp,
+}
+PEER = {
+    "ZeRO-2 (ours)": "ZeRO-2 (accelerate)",
+    "ZeRO-3 (ours)": "ZeRO-3 (accelerate)",
+    "TP=2 (ours)": "TP=2 (raw torch)",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--width", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=16, help="per process")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--only", action="append", choices=list(VARIANTS), help="run this variant (repeatable)"
+    )
+    args = parser.parse_args()
+    cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "steps": args.steps}
+    names = args.only or list(VARIANTS)
+    step_ms, peak_mib = run_rounds(VARIANTS, names, cfg, args.rounds, args.warmup)
+    params = args.layers * (args.width**2 + args.width)
+    print(
+        f"\nMLP {args.layers} x Linear({args.width}, {args.width}): {params / 1e6:.1f} M params "
+        f"({params * 4 / 2**20:.0f} MiB fp32), AdamW, batch {args.batch}/process, 2 CPU "
+        f"processes (gloo), {args.steps - args.warmup} timed steps x {args.rounds} rounds; "
+        f"torch {torch.__version__}"
+    )
+    nan = [float("nan")]
+    ddp_mem = statistics.median(peak_mib.get("DDP (ours)") or nan)
+    print(f"{'variant':<22}{'peak RSS/rank MiB':>19}{'vs DDP':>8}{'ms/step':>10}{'vs peer':>9}")
+    for name in names:
+        ms, mem = statistics.median(step_ms[name]), statistics.median(peak_mib[name])
+        peer = statistics.median(step_ms.get(PEER.get(name, ""), nan))
+        print(f"{name:<22}{mem:>19.0f}{mem / ddp_mem:>7.2f}x{ms:>10.0f}{ms / peer:>8.2f}x")
+
+
+if __name__ == "__main__":
+    main()

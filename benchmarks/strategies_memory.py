@@ -13,6 +13,13 @@ peak RSS and step time are measured).
 Targets (issue 11): ZeRO-3 and TP=2 <= 0.6x DDP's peak per rank; each ZeRO stage's step time
 <= 1.1x accelerate's at that stage; TP=2 <= 1.1x raw torch's.
 
+On the shared 2-core dev machine (1 round, 3 timed steps; noisy): DDP 1496 MiB / 801 ms;
+FSDP 617 MiB (0.41x); ZeRO-2 ours 1365 MiB / 2349 ms vs accelerate 1343 MiB / 2497 ms (0.94x);
+ZeRO-3 ours 2403 MiB / 2631 ms vs accelerate 2337 MiB / 2428 ms (1.08x); TP=2 ours 675 MiB
+(0.45x DDP) / 445 ms vs raw torch 936 MiB / 613 ms. ZeRO-3 misses the 0.6x memory target,
+as accelerate's does: the whole model is built on every rank before DeepSpeed partitions it
+(no ``deepspeed.zero.Init``), and DeepSpeed's CPU path keeps fp32 flat buffers besides.
+
 Run: ``python benchmarks/strategies_memory.py [--only "ZeRO-3 (ours)" ...]`` (needs deepspeed
 and accelerate).
 """

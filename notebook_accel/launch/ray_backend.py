@@ -46,7 +46,7 @@ import cloudpickle
 from .. import env, hardware
 from ..config import LaunchConfig
 from ..errors import ConfigError, LaunchError, LaunchTimeoutError, WorkerDiedError
-from .channel import Failure, Progress, Result, Sender
+from .channel import Failure, Health, Metrics, Progress, Result, Sender
 from .display import Display
 from .payload import Payload, load
 from .pickling import Outgoing
@@ -573,9 +573,15 @@ class RayBackend:
         for rank, batch in items:
             for kind, data in batch:
                 if kind == "message":
-                    message = pickle.loads(data)
+                    # (output marks, message), as on a local pipe; a batch keeps the
+                    # worker's order already, so the marks are not needed here.
+                    _, message = pickle.loads(data)
                     if isinstance(message, Progress):
                         display.progress(rank, message)
+                    elif isinstance(message, Metrics):
+                        display.metrics(rank, message)
+                    elif isinstance(message, Health):
+                        display.health(rank, message)
                 else:
                     display.feed(rank, kind, data)
 

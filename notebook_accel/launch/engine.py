@@ -51,6 +51,7 @@ _PRELOAD = [
     "notebook_accel.launch.worker",
     "notebook_accel.progress",
     "notebook_accel.utils_seed",
+    "notebook_accel.live",
 ]
 _TICK = 0.25  # seconds between checks when nothing arrives
 _DRAIN = 1.0  # seconds to wait for output after a worker ended

@@ -52,6 +52,7 @@ _PRELOAD = [
     "notebook_accel.progress",
     "notebook_accel.utils_seed",
     "notebook_accel.live",
+    "numpy.random",  # imported lazily by numpy: each worker seeds it (fresh_seeds)
 ]
 _TICK = 0.25  # seconds between checks when nothing arrives
 _DRAIN = 1.0  # seconds to wait for output after a worker ended

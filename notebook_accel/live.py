@@ -43,6 +43,21 @@ class Relay:
     chart and rows stay light whatever the logging rate. The latest call is always sent.
     """
 
+    # Slots: ``add`` runs on every ``log`` call, and slot attributes are the cheapest to touch.
+    __slots__ = (
+        "_sender",
+        "_interval",
+        "_rows",
+        "_count",
+        "_next",
+        "_every",
+        "_cap",
+        "_step",
+        "_values",
+        "_sent_upto",
+        "_due",
+    )
+
     def __init__(self, sender: Sender, interval: float = _INTERVAL) -> None:
         self._sender = sender
         self._interval = interval
@@ -52,15 +67,19 @@ class Relay:
         self._next = 1  # the call count at which the next row is kept
         self._every = 1
         self._cap = _BUDGET
-        self._latest: tuple[int | None, dict[str, Any]] | None = None
+        # the latest call, kept as two fields rather than a tuple built on every call
+        self._step: int | None = None
+        self._values: dict[str, Any] | None = None
         self._sent_upto = 0  # call count covered by the last send
         self._due = time.perf_counter() + interval
 
     def add(self, step: int | None, values: dict[str, Any]) -> None:
         """One ``log`` call: remembered as the latest; kept when it is its turn."""
-        self._count += 1
-        self._latest = (step, values)
-        if self._count >= self._next:
+        count = self._count + 1
+        self._count = count
+        self._step = step
+        self._values = values
+        if count >= self._next:
             self._keep(step, values)
 
     def _keep(self, step: int | None, values: dict[str, Any]) -> None:
@@ -82,9 +101,8 @@ class Relay:
         self._due = time.perf_counter() + self._interval
         if calls == 0:
             return
-        if self._latest is not None and (not rows or rows[-1][0] != self._count - 1):
-            step, values = self._latest
-            rows.append((self._count - 1, step, dict(values)))
+        if self._values is not None and (not rows or rows[-1][0] != self._count - 1):
+            rows.append((self._count - 1, self._step, dict(self._values)))
         # A slower logger gets every row again.
         if self._every > 1 and calls < self._every * _BUDGET // 4:
             self._every //= 2

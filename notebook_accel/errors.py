@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 __all__ = [
     "NotebookAccelError",
@@ -42,6 +43,22 @@ def _signal_name(number: int) -> str:
 
 class NotebookAccelError(Exception):
     """Base class of every error raised by notebook_accel."""
+
+    # The subclasses take their own arguments (a parameter, a rank, a path) and pass a
+    # message up, so the default pickling, ``cls(*self.args)``, cannot rebuild them. A worker's
+    # error crosses to the notebook pickled, and must arrive as its own type.
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(
+    cls: type[NotebookAccelError], args: tuple[Any, ...], state: dict[str, Any]
+) -> NotebookAccelError:
+    """An unpickled notebook_accel error: the same type, message and attributes, no __init__."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class ConfigError(NotebookAccelError, ValueError):
@@ -153,8 +170,9 @@ class SharedMemoryError(NotebookAccelError, MemoryError):
             "instead of capturing it."
         )
 
-    def __reduce__(self) -> tuple[type[SharedMemoryError], tuple[str, int, int]]:
-        return (type(self), (self.what, self.needed, self.available))
+    def __reduce__(self) -> tuple[Any, ...]:
+        # MemoryError's __new__ refuses to build a subclass outside __init__: rebuild by it.
+        return (type(self), (self.what, self.needed, self.available), dict(self.__dict__))
 
 
 class RemoteTraceback(Exception):

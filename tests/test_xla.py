@@ -196,10 +196,10 @@ def test_fp16_is_refused_on_xla() -> None:
 
         Accelerator(mixed_precision="fp16")
 
-    from notebook_accel.errors import WorkerError
+    from notebook_accel.errors import ConfigError
 
     config = LaunchConfig(hardware="tpu", num_processes=1)
-    with pytest.raises(WorkerError, match="ConfigError: mixed_precision='fp16'.*'no' or 'bf16'"):
+    with pytest.raises(ConfigError, match="mixed_precision='fp16'.*'no' or 'bf16'"):
         launch(train, (), None, config, machine=FAKE_TPU)
 
 

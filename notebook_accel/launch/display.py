@@ -43,6 +43,8 @@ class Display:
 
     # -- lines ------------------------------------------------------------------------------
     def banner(self, text: str) -> None:
+        if self.output == "none":  # "none" means nothing in the cell, the banner included
+            return
         self.stdout.write(text + "\n")
         self.stdout.flush()
 

@@ -156,3 +156,26 @@ def test_exception_class_defined_in_a_cell_is_caught_by_its_own_except() -> None
 
     with pytest.raises(TrainingDiverged, match="loss is nan"):
         debug_launcher(fail, num_processes=1)
+
+
+def _fail_with_our_errors(which: str) -> None:
+    from notebook_accel import Accelerator
+    from notebook_accel.errors import CheckpointError
+
+    if which == "config":
+        Accelerator(mixed_precision="fp32")
+    raise CheckpointError("/ckpt/step_3", "model.safetensors is missing")
+
+
+def test_our_own_errors_arrive_as_their_type_with_their_attributes() -> None:
+    # They take their own arguments (parameter, path...), which default pickling cannot rebuild.
+    from notebook_accel.errors import CheckpointError, ConfigError
+
+    with pytest.raises(ConfigError, match="mixed_precision='fp32'") as config:
+        debug_launcher(_fail_with_our_errors, args=("config",), num_processes=1)
+    assert config.value.parameter == "mixed_precision"
+    assert getattr(config.value, "rank", None) == 0
+    with pytest.raises(CheckpointError) as checkpoint:
+        debug_launcher(_fail_with_our_errors, args=("checkpoint",), num_processes=1)
+    assert checkpoint.value.path == "/ckpt/step_3"
+    assert checkpoint.value.detail == "model.safetensors is missing"

@@ -103,3 +103,10 @@ def test_a_script_without_main_guard_is_not_re_run(tmp_path: object) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("top level ran") == 1
     assert done.stdout.splitlines()[-1] == "[2, 2]"
+
+
+def test_output_none_writes_nothing_to_the_cell(capfd: pytest.CaptureFixture[str]) -> None:
+    # Not even the banner: "none" is for launches driven by code that prints its own summary.
+    assert debug_launcher(_chatty, args=(3,), num_processes=2, output="none") == [None, None]
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""

@@ -11,31 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from . import kernelspec
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# Each run writes here (ignored by git); tests/artifacts/panel.png is a committed copy.
-ARTIFACTS = Path(__file__).parent / "artifacts" / "tmp"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from .browser import ARTIFACTS, CHROMIUM, chromium, free_port, serving
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,72 +26,40 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def voila(tmp_path: Path) -> Iterator[str]:
     """Voilà serving the panel notebook on loopback; yields its URL."""
     pytest.importorskip("voila", reason="needs voila: pip install voila")
-    port = _free_port()
+    port = free_port()
     environ = dict(os.environ, **kernelspec.install(tmp_path / "jupyter"))
     environ["NOTEBOOK_ACCEL_PANEL_AUTORUN"] = "0"  # the browser clicks Launch, not the cell
     environ["JUPYTER_CONFIG_DIR"] = str(tmp_path / "config")
     environ["JUPYTER_RUNTIME_DIR"] = str(tmp_path / "runtime")
     environ["JUPYTER_DATA_DIR"] = str(tmp_path / "data")  # the signing key goes there
-    log = (tmp_path / "voila.log").open("w")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "voila",
-            "04_launch_panel.ipynb",
-            "--no-browser",
-            f"--port={port}",
-            "--Voila.ip=127.0.0.1",
-            "--show_tracebacks=True",
-        ],
-        cwd=kernelspec.NOTEBOOKS,
-        env=environ,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if server.poll() is not None:
-                pytest.fail(f"voila exited: {(tmp_path / 'voila.log').read_text()}")
-            time.sleep(0.2)
+    command = [
+        sys.executable,
+        "-m",
+        "voila",
+        "04_launch_panel.ipynb",
+        "--no-browser",
+        f"--port={port}",
+        "--Voila.ip=127.0.0.1",
+        "--show_tracebacks=True",
+    ]
+    log = tmp_path / "voila.log"
+    with serving(command, port=port, log=log, env=environ, cwd=kernelspec.NOTEBOOKS, wait=30):
         yield f"http://127.0.0.1:{port}/"
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
-        print((tmp_path / "voila.log").read_text()[-3000:])
 
 
 def test_panel_in_a_real_browser(voila: str, tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs pip install playwright")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1100, "height": 900},
-        )
+    with (
+        sync_api.sync_playwright() as playwright,
+        chromium(playwright, tmp_path / "profile") as context,
+    ):
+        page = context.new_page()
         try:
-            page = context.new_page()
             page.goto(voila, timeout=60_000)
             launch = page.locator("button", has_text="Launch")
             launch.wait_for(timeout=90_000)
@@ -126,4 +77,3 @@ def test_panel_in_a_real_browser(voila: str, tmp_path: Path) -> None:
         finally:
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(ARTIFACTS / "panel.png"), full_page=True)
-            context.close()

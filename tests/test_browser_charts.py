@@ -15,8 +15,6 @@ import io
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +25,7 @@ import nbformat
 import pytest
 
 from . import kernelspec
-from .test_browser import ARTIFACTS, CHROMIUM, FLAGS, _free_port
+from .browser import ARTIFACTS, CHROMIUM, chromium, free_port, serving
 
 pytestmark = [
     pytest.mark.slow,
@@ -71,7 +69,7 @@ def jupyter(tmp_path: Path) -> Iterator[str]:
     root = tmp_path / "root"
     root.mkdir()
     nbformat.write(notebook, root / "live.ipynb")
-    port = _free_port()
+    port = free_port()
     environ = dict(os.environ, **kernelspec.install(tmp_path / "jupyter"))
     for name, folder in (
         ("JUPYTER_CONFIG_DIR", "config"),
@@ -81,45 +79,23 @@ def jupyter(tmp_path: Path) -> Iterator[str]:
         ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
     ):
         environ[name] = str(tmp_path / folder)
-    log = (tmp_path / "jupyter.log").open("w")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            f"--port={port}",
-            "--ServerApp.ip=127.0.0.1",
-            f"--IdentityProvider.token={TOKEN}",
-            f"--ServerApp.root_dir={root}",
-            "--LabApp.news_url=",
-            "--ServerApp.disable_check_xsrf=True",
-            "--ServerApp.allow_root=True",
-        ],
-        env=environ,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if server.poll() is not None:
-                pytest.fail(f"jupyter exited: {(tmp_path / 'jupyter.log').read_text()}")
-            time.sleep(0.2)
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--port={port}",
+        "--ServerApp.ip=127.0.0.1",
+        f"--IdentityProvider.token={TOKEN}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.news_url=",
+        "--ServerApp.disable_check_xsrf=True",
+        "--ServerApp.allow_root=True",
+    ]
+    with serving(command, port=port, log=tmp_path / "jupyter.log", env=environ):
         url = f"http://127.0.0.1:{port}"
         _ROOTS[url] = root
         yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
-        print((tmp_path / "jupyter.log").read_text()[-3000:])
 
 
 def _line_length(png: bytes) -> int:
@@ -174,16 +150,12 @@ def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> N
     pytest.importorskip("matplotlib", reason="the chart needs matplotlib")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     url = f"{jupyter}/{'lab/tree' if ui == 'lab' else 'notebooks'}/live.ipynb?token={TOKEN}"
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1100, "height": 900},
-        )
+    with (
+        sync_api.sync_playwright() as playwright,
+        chromium(playwright, tmp_path / "profile") as context,
+    ):
+        page = context.new_page()
         try:
-            page = context.new_page()
             page.goto(url, timeout=90_000)
             cells = page.locator(".jp-Notebook .jp-Cell")
             cells.nth(1).wait_for(timeout=90_000)
@@ -209,7 +181,6 @@ def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> N
         finally:
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(ARTIFACTS / f"live_chart_{ui}_end.png"))
-            context.close()
 
 
 def test_quickstart_lines_sit_under_their_bars(jupyter: str, tmp_path: Path) -> None:
@@ -219,16 +190,12 @@ def test_quickstart_lines_sit_under_their_bars(jupyter: str, tmp_path: Path) -> 
     root = Path(jupyter_root(jupyter))
     nbformat.write(quickstart, root / "quickstart.ipynb")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1100, "height": 1400},
-        )
+    with (
+        sync_api.sync_playwright() as playwright,
+        chromium(playwright, tmp_path / "profile", height=1400) as context,
+    ):
+        page = context.new_page()
         try:
-            page = context.new_page()
             page.goto(f"{jupyter}/lab/tree/quickstart.ipynb?token={TOKEN}", timeout=90_000)
             page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
                 timeout=90_000
@@ -244,7 +211,6 @@ def test_quickstart_lines_sit_under_their_bars(jupyter: str, tmp_path: Path) -> 
         finally:
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(ARTIFACTS / "quickstart_lab.png"), full_page=True)
-            context.close()
     # Each epoch's bar (its label "epoch N") comes before its line, and the line before the
     # next epoch's bar.
     order = []

@@ -1,0 +1,91 @@
+"""What the browser tests share: the system Chromium, a loopback server, a browser context.
+
+Chromium is Debian's (``apt-get install chromium``), driven through Playwright's Python
+package; nothing is downloaded. Servers bind 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Each run writes its screenshots here (ignored by git); tests/artifacts/*.png are copies.
+ARTIFACTS = Path(__file__).parent / "artifacts" / "tmp"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(
+    command: list[str],
+    *,
+    port: int,
+    log: Path,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    wait: float = 60.0,
+) -> Iterator[None]:
+    """Run a server until the block ends: ready once ``port`` accepts connections.
+
+    The test fails with the server's log if it exits first. At the end it is terminated
+    (killed after 10 s) and the tail of its log is printed (pytest shows it on failure).
+    """
+    with log.open("w") as out:
+        server = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                    break
+                if server.poll() is not None:
+                    pytest.fail(f"{command[2]} exited: {log.read_text()}")
+                time.sleep(0.2)
+            yield
+        finally:
+            server.terminate()
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    print(log.read_text()[-3000:])
+
+
+@contextlib.contextmanager
+def chromium(playwright: Any, profile: Path, height: int = 900) -> Iterator[Any]:
+    """A headless Chromium context (1100 px wide) with a fresh profile; closed at the end."""
+    context = playwright.chromium.launch_persistent_context(
+        str(profile),
+        executable_path=CHROMIUM,
+        headless=True,
+        args=FLAGS,
+        viewport={"width": 1100, "height": height},
+    )
+    try:
+        yield context
+    finally:
+        context.close()

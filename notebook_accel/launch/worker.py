@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import env
 from ..errors import SharedMemoryError
+from ..quiet import quiet_torchao
 from .channel import Failure, Result, Sender
 from .payload import Payload, load
 from .pickling import dumps
@@ -217,6 +218,7 @@ def main(
     _watch_lifeline(lifeline)
     _plain_start_method()
     env.install(payload.environ, worker)
+    quiet_torchao()
     sender = Sender(conn, marks)
     from .. import live, progress
 

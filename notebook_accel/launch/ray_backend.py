@@ -11,22 +11,30 @@
     each attempt:
       placement group, N bundles of                  N bundles reserved (PACK or SPREAD)
         resources_per_worker
-      mailbox actor (0 CPU, on the driver's node) <- output lines and Progress, in batches
-      N rank actors, bundle i each           ---->   where(): node id, node IP
+      N rank actors, bundle i each (asked    ---->   each a Ray worker process; imports torch
+        for at once, not after the group
+        is ready)
+      where() of every rank                  ---->   node id, node IP
       ranks ordered by node (rank 0's node
         first); rank 0's actor hosts the     ---->   TCPStore on its node's IP, port from the OS
         TCPStore
-      run.remote(WorkerEnv, payload ref)     ---->   fds 1/2 -> pipes -> mailbox (a thread)
+      run.remote(WorkerEnv, payload ref)     ---->   fds 1/2 -> pipes -> a batch (threads)
                                                      env.install, unpickle, run the function
-      loop: mailbox.take() -> display                ("ok", Result: large buffers inside) via the
-            ray.wait(run refs) -> outcomes            object store, or ("failed", Failure)
-            watch (Stop), deadline
+      loop: take() of every running rank     <----   the batch so far (the relay thread)
+              -> display
+            ray.wait(run refs) -> outcomes           (outcome, rest of the batch): large
+            watch (Stop), deadline                   buffers via the object store
       first failing rank's own exception (engine._rebuild), WorkerDiedError for a dead actor
       finally: ray.kill every actor, remove the placement group: nothing stays reserved
 
-The actors print into pipes that their own thread relays, so the cell shows ``[rank N]`` whole
-lines (display.py) and never Ray's ``(pid=..., ip=...)`` prefixes. Every machine of the cluster
-needs notebook_accel and torch installed, as it needs them for Ray Train.
+The actors print into pipes that their own threads read, so the cell shows ``[rank N]`` whole
+lines (display.py) and never Ray's ``(pid=..., ip=...)`` prefixes. An actor has two
+concurrency groups, so ``take`` answers while ``run`` is busy: the function runs on the
+actor's thread for its default group, not on the process's main thread (as in Ray Train).
+There is no separate actor collecting the output: every actor is one more Ray worker process
+to start, and on a small node that start is what a launch waits for (benchmarks/ray_phases.py).
+Every machine of the cluster needs notebook_accel and torch installed, as it needs them for
+Ray Train.
 """
 
 from __future__ import annotations
@@ -54,8 +62,8 @@ from .transport import Shipment, unpack
 
 __all__ = ["RayBackend", "connect", "describe_cluster"]
 
-_TICK = 0.1  # seconds between two looks at the mailbox and the ranks
-_PUSH = 0.05  # seconds between two batches of output an actor sends
+_TICK = 0.1  # seconds between two looks at the ranks' output and outcomes
+_RELAY = "relay"  # the actors' concurrency group that hands over output while ``run`` is busy
 _COLLATERAL_GRACE = 10.0  # seconds a communication error waits for its root cause to show
 _READY_NOTE = 30.0  # seconds of waiting for the placement group before saying so
 
@@ -107,36 +115,20 @@ def describe_cluster(ray: Any) -> str:
 
 
 # -- inside the cluster: the actors ------------------------------------------------------------
-class _Mailbox:
-    """Output and progress of every rank, collected until the notebook takes them."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[int, list[tuple[str, bytes]]]] = []
-
-    def put(self, rank: int, batch: list[tuple[str, bytes]]) -> None:
-        self.items.append((rank, batch))
-
-    def take(self) -> list[tuple[int, list[tuple[str, bytes]]]]:
-        items, self.items = self.items, []
-        return items
-
-
 class _Relay:
-    """In a rank's actor: fds 1 and 2 into pipes; a thread sends what they carry in batches.
+    """In a rank's actor: fds 1 and 2 into pipes, read by threads into one batch.
 
     It also stands in for the worker's message pipe (``send_bytes``), so that the worker-side
-    ``tqdm`` (progress.py) reports through the same batches, in order with the lines.
+    ``tqdm`` (progress.py) reports through the same batch, in order with the lines. The notebook
+    takes the batch (``take``) on the actor's relay thread while ``run`` is busy; what is left
+    at the end travels with the outcome. No mailbox actor: each actor is a Ray worker process
+    to start (seconds of CPU on a small node), and the ranks wait for the slowest to start.
     """
 
-    def __init__(self, mailbox: Any, rank: int) -> None:
-        self.mailbox = mailbox
-        self.rank = rank
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._batch: list[tuple[str, bytes]] = []
-        self._last: Any = None
-        self._done = threading.Event()
         self._readers: list[threading.Thread] = []
-        self._pusher = threading.Thread(target=self._push_loop, daemon=True)
 
     def start(self) -> None:
         from .worker import _line_buffered_stdio
@@ -149,7 +141,6 @@ class _Relay:
             reader.start()
             self._readers.append(reader)
         _line_buffered_stdio()
-        self._pusher.start()
 
     def _read(self, fd: int, stream: str) -> None:
         while True:
@@ -169,18 +160,13 @@ class _Relay:
     def send_bytes(self, data: bytes) -> None:
         self._add("message", data)
 
-    def _push(self) -> None:
+    def take(self) -> list[tuple[str, bytes]]:
         with self._lock:
             batch, self._batch = self._batch, []
-        if batch:
-            self._last = self.mailbox.put.remote(self.rank, batch)
+        return batch
 
-    def _push_loop(self) -> None:
-        while not self._done.wait(_PUSH):
-            self._push()
-
-    def finish(self, ray: Any) -> None:
-        """Send every line written so far; returns once the mailbox has them all."""
+    def finish(self) -> list[tuple[str, bytes]]:
+        """Every line written so far: the part the notebook has not taken yet."""
         from .worker import _flush_all
 
         _flush_all()
@@ -192,21 +178,15 @@ class _Relay:
         os.close(null)
         for reader in self._readers:
             reader.join(timeout=2.0)
-        self._done.set()
-        self._pusher.join(timeout=2.0)
-        self._push()
-        if self._last is not None:
-            # Calls from one process to an actor run in order: the last one done, all are.
-            with contextlib.suppress(Exception):
-                ray.get(self._last, timeout=30)
+        return self.take()
 
 
 class _RankActor:
     """One rank of a launch, in a Ray worker process of its placement group bundle."""
 
-    def __init__(self, mailbox: Any) -> None:
-        self.mailbox = mailbox
+    def __init__(self) -> None:
         self._held = contextlib.ExitStack()
+        self._relay = _Relay()
         # Every rank imports torch now, all at once, instead of rank 0 importing it to host
         # the store and then the others to run: one import's time less per launch.
         import torch.distributed  # noqa: F401
@@ -223,13 +203,18 @@ class _RankActor:
         _store, port = self._held.enter_context(_hosted(host, 0, world_size))
         return int(port)
 
-    def run(self, worker: env.WorkerEnv, payload: Payload) -> Outcome:
-        import ray
+    def take(self) -> list[tuple[str, bytes]]:
+        """The output and progress written since the last take (on the relay thread)."""
+        return self._relay.take()
 
+    def run(
+        self, worker: env.WorkerEnv, payload: Payload
+    ) -> tuple[Outcome, list[tuple[str, bytes]]]:
+        """Run the function; its outcome and the output the notebook has not taken yet."""
         from .. import progress
         from .worker import _finish_distributed, _pack, _random_state
 
-        relay = _Relay(self.mailbox, worker.rank)
+        relay = self._relay
         relay.start()
         # The node's environment stays (Ray's CUDA_VISIBLE_DEVICES, paths); the notebook's
         # does not travel to other machines. The distributed variables are added.
@@ -261,8 +246,7 @@ class _RankActor:
         if outcome[0] == "ok":
             with contextlib.suppress(Exception):
                 _finish_distributed()
-        relay.finish(ray)  # every line reaches the notebook before the outcome does
-        return outcome
+        return outcome, relay.finish()  # every line reaches the notebook before the outcome
 
 
 # -- large buffers: Ray's object store at the transport seam -----------------------------------
@@ -445,25 +429,25 @@ class RayBackend:
             [dict(self.resources) for _ in range(n)], strategy=self.config.placement_strategy
         )
         actors: list[Any] = []
-        mailbox: Any = None
         try:
-            self._wait_ready(group, check, display)
-            mailbox, actors = self._start_actors(group, n)
+            # The actors are asked for at once: Ray starts each as soon as the group holds its
+            # bundle, instead of after a round trip to learn that the group is ready.
+            actors = self._start_actors(group, n)
+            check = self._noting_waits(group, check, display)
             order, envs = self._rendezvous(actors, check, attempt)
             for rank in range(n):
                 display.rank_state(rank, "running")
+            ranks = [actors[index] for index in order]
             refs = {
-                actors[index].run.remote(envs[rank], self._payload_ref): rank
-                for rank, index in enumerate(order)
+                actor.run.remote(envs[rank], self._payload_ref): rank
+                for rank, actor in enumerate(ranks)
             }
-            outcomes = self._supervise(refs, mailbox, display, check)
+            outcomes = self._supervise(refs, ranks, display, check)
         finally:
+            # Not waited for: Ray ends the processes and frees the bundles within moments.
             for actor in actors:
                 with contextlib.suppress(Exception):
                     ray.kill(actor, no_restart=True)
-            if mailbox is not None:
-                with contextlib.suppress(Exception):
-                    ray.kill(mailbox, no_restart=True)
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
             for rank in range(n):
@@ -472,35 +456,35 @@ class RayBackend:
         return self._results(outcomes)
 
     # -- the steps of an attempt ------------------------------------------------------------
-    def _wait_ready(self, group: Any, check: Callable[[], None], display: Display) -> None:
-        ready = group.ready()
+    def _noting_waits(
+        self, group: Any, check: Callable[[], None], display: Display
+    ) -> Callable[[], None]:
+        """``check``, which also says once when the group has waited long for its resources."""
+        ready = group.ready()  # a reply from Ray's control store, no worker involved
         since = time.monotonic()
         noted = False
-        while not self.ray.wait([ready], timeout=_TICK)[0]:
+
+        def noting() -> None:
+            nonlocal noted
             check()
-            if not noted and time.monotonic() - since > _READY_NOTE:
-                noted = True
+            if noted or time.monotonic() - since < _READY_NOTE:
+                return
+            noted = True
+            if not self.ray.wait([ready], timeout=0)[0]:
                 display.banner(
                     f"waiting for the cluster to free {self._plan.num_processes} x "  # type: ignore[union-attr]
                     f"{self.resources} (other jobs hold them)"
                 )
 
-    def _start_actors(self, group: Any, n: int) -> tuple[Any, list[Any]]:
-        from ray.util.scheduling_strategies import (
-            NodeAffinitySchedulingStrategy,
-            PlacementGroupSchedulingStrategy,
-        )
+        return noting
 
-        ray = self.ray
-        near: dict[str, Any] = {}
-        with contextlib.suppress(Exception):  # a Ray Client driver may have no node of its own
-            here = ray.get_runtime_context().get_node_id()
-            # Beside the notebook: a node that dies takes its ranks, not every rank's output.
-            near["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=here, soft=True)
-        mailbox = ray.remote(_Mailbox).options(num_cpus=0, max_restarts=0, **near).remote()
-        remote_rank = ray.remote(_RankActor)
+    def _start_actors(self, group: Any, n: int) -> list[Any]:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         options = _split_resources(self.resources)
-        actors = [
+        # The relay group: the notebook takes a rank's output while ``run`` is busy.
+        remote_rank = self.ray.remote(concurrency_groups={_RELAY: 1})(_RankActor)
+        return [
             remote_rank.options(
                 max_restarts=0,
                 max_task_retries=0,
@@ -508,10 +492,9 @@ class RayBackend:
                     placement_group=group, placement_group_bundle_index=i
                 ),
                 **options,
-            ).remote(mailbox)
+            ).remote()
             for i in range(n)
         ]
-        return mailbox, actors
 
     def _wait(self, refs: list[Any], check: Callable[[], None]) -> list[Any]:
         while len(self.ray.wait(refs, num_returns=len(refs), timeout=_TICK)[0]) < len(refs):
@@ -565,41 +548,53 @@ class RayBackend:
             )
         return order, envs
 
-    def _relay(self, mailbox: Any, display: Display) -> None:
-        try:
-            items = self.ray.get(mailbox.take.remote(), timeout=30)
-        except Exception:  # the mailbox's node died: the ranks' outcomes say why
-            return
-        for rank, batch in items:
-            for kind, data in batch:
-                if kind == "message":
-                    # (output marks, message), as on a local pipe; a batch keeps the
-                    # worker's order already, so the marks are not needed here.
-                    _, message = pickle.loads(data)
-                    if isinstance(message, Progress):
-                        display.progress(rank, message)
-                    elif isinstance(message, Metrics):
-                        display.metrics(rank, message)
-                    elif isinstance(message, Health):
-                        display.health(rank, message)
-                else:
-                    display.feed(rank, kind, data)
+    @staticmethod
+    def _feed(display: Display, rank: int, batch: list[tuple[str, bytes]]) -> None:
+        for kind, data in batch:
+            if kind == "message":
+                # (output marks, message), as on a local pipe; a batch keeps the worker's
+                # order already, so the marks are not needed here.
+                _, message = pickle.loads(data)
+                if isinstance(message, Progress):
+                    display.progress(rank, message)
+                elif isinstance(message, Metrics):
+                    display.metrics(rank, message)
+                elif isinstance(message, Health):
+                    display.health(rank, message)
+            else:
+                display.feed(rank, kind, data)
 
-    def _outcome(self, ref: Any) -> Outcome:
+    def _collect(self, takes: dict[int, Any], display: Display, timeout: float) -> None:
+        """Show the output of the takes back within ``timeout``; the others stay in flight."""
+        if not takes:
+            return
+        refs = list(takes.values())
+        ready = set(self.ray.wait(refs, num_returns=len(refs), timeout=timeout)[0])
+        for rank, ref in list(takes.items()):
+            if ref not in ready:
+                continue
+            del takes[rank]
+            try:
+                batch = self.ray.get(ref)
+            except Exception:  # the actor died: its outcome says why
+                continue
+            self._feed(display, rank, batch)
+
+    def _outcome(self, ref: Any) -> tuple[Outcome, list[tuple[str, bytes]]]:
         ray = self.ray
         try:
-            outcome: Outcome = ray.get(ref)
+            outcome, rest = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
-            return ("died", exc, time.time())
+            return ("died", exc, time.time()), []
         except ray.exceptions.RayTaskError as exc:  # the actor method itself broke (a bug)
             cause = exc.as_instanceof_cause()
-            return ("failed", Failure.from_exception(cause))
-        return outcome
+            return ("failed", Failure.from_exception(cause)), []
+        return outcome, rest
 
     def _supervise(
         self,
         refs: dict[Any, int],
-        mailbox: Any,
+        ranks: list[Any],
         display: Display,
         check: Callable[[], None],
     ) -> dict[int, Outcome]:
@@ -607,15 +602,26 @@ class RayBackend:
 
         ray = self.ray
         pending = dict(refs)
+        takes: dict[int, Any] = {}  # rank -> its take in flight (one at a time keeps the order)
         outcomes: dict[int, Outcome] = {}
         collateral_since: float | None = None
+
+        def take_all() -> None:
+            for rank in set(pending.values()) - takes.keys():
+                takes[rank] = ranks[rank].take.options(concurrency_group=_RELAY).remote()
+
         while pending:
             check()
+            take_all()
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=_TICK)
-            self._relay(mailbox, display)
+            self._collect(takes, display, timeout=0)
             for ref in ready:
                 rank = pending.pop(ref)
-                outcome = outcomes[rank] = self._outcome(ref)
+                # The rank's take in flight holds output older than what ``run`` returns.
+                self._collect({rank: takes.pop(rank)} if rank in takes else {}, display, 5.0)
+                outcome, rest = self._outcome(ref)
+                self._feed(display, rank, rest)
+                outcomes[rank] = outcome
                 display.rank_state(rank, "finished" if outcome[0] == "ok" else "failed")
             problems = [o for o in outcomes.values() if o[0] != "ok"]
             if any(o[0] == "died" or not _collateral(o[1]) for o in problems):
@@ -626,7 +632,9 @@ class RayBackend:
                 collateral_since = collateral_since or time.monotonic()
                 if time.monotonic() - collateral_since > _COLLATERAL_GRACE:
                     break
-        self._relay(mailbox, display)
+        if pending:  # the ranks about to be stopped: what they wrote last
+            take_all()
+            self._collect(takes, display, timeout=1.0)
         for rank in pending.values():
             display.rank_state(rank, "stopped")
         return outcomes

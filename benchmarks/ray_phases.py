@@ -12,9 +12,11 @@ All times are seconds after notebook_launcher was called.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
+import shutil
+import sys
 import time
-import types
 from typing import Any
 
 RANKS = 4
@@ -101,50 +103,44 @@ def work() -> dict[str, float]:
     }
 
 
-def _cpu_by_kind() -> dict[str, float]:
-    """CPU seconds so far of this process and every process below it, by kind.
+def _cpu_by_kind(session: str) -> dict[str, float]:
+    """CPU seconds so far of this process and of the cluster's processes, by kind.
 
-    A process that ended counts in its parent's children's time once the parent reaped it:
-    Ray's workers in their raylet's, shown as "workers ended".
+    The cluster's daemons name its session directory on their command lines; Ray's workers
+    are the raylets' children (named ``ray::...``). A worker that ended counts in its
+    raylet's children's time once reaped: "workers ended" (the agents are alive throughout).
     """
     tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    stats: dict[int, list[str]] = {}
+    procs: dict[int, tuple[str, int, float, float]] = {}
     for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    command = f.read().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            parents[int(name)] = int(fields[1])
-            stats[int(name)] = [command, *fields]
-    tree = {os.getpid()}
-    grew = True
-    while grew:
-        grew = False
-        for pid, parent in parents.items():
-            if parent in tree and pid not in tree:
-                tree.add(pid)
-                grew = True
-    kinds: dict[str, float] = {}
-    for pid in tree:
-        command, *fields = stats[pid]
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
         own = (int(fields[11]) + int(fields[12])) / tick
         ended = (int(fields[13]) + int(fields[14])) / tick
+        procs[int(name)] = (command, int(fields[1]), own, ended)
+    raylets = {p for p, (c, *_) in procs.items() if session in c and "raylet/raylet" in c}
+    kinds: dict[str, float] = {}
+
+    def add(kind: str, seconds: float) -> None:
+        kinds[kind] = kinds.get(kind, 0.0) + seconds
+
+    for pid, (command, parent, own, ended) in procs.items():
         if pid == os.getpid():
-            kind = "driver (notebook)"
-        elif "default_worker" in command:
-            kind = "workers alive"
-        elif "raylet" in command:
-            kind = "raylets"
-            kinds["workers ended"] = kinds.get("workers ended", 0.0) + ended
-            ended = 0.0
-        else:
-            kind = "ray system (gcs, agents)"
-        kinds[kind] = kinds.get(kind, 0.0) + own + ended
+            add("driver", own)
+        elif pid in raylets:
+            add("raylets", own)
+            add("workers ended", ended)
+        elif parent in raylets and "Agent" not in command:
+            add("workers alive", own)
+        elif session in command or parent in raylets:
+            add("ray daemons", own + ended)
     return kinds
 
 
@@ -162,59 +158,68 @@ def wrap(owner: Any, name: str) -> None:
     setattr(owner, name, timed)
 
 
+def _show(
+    label: str, wall: float, cpu: dict[str, float], results: list[dict[str, float]], start: float
+) -> None:
+    print(f"\n{label}: {wall:.2f} s")
+    print(
+        "  CPU s until the next launch starts: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+    )
+    for rank, result in enumerate(results):
+        times = "  ".join(
+            f"{k} {result[k] - start:5.2f}"
+            for k in ("born", "init>", "init<", "run>", "fn start", "pg init", "all_reduce")
+        )
+        cpu_row = "  ".join(f"{k[4:]} {v:4.2f}" for k, v in result.items() if k.startswith("cpu@"))
+        print(f"  rank {rank}: {times}   (CPU s at {cpu_row})")
+    if marks:
+        print("  driver: " + "  ".join(f"{name} {at - start:.2f}" for name, at in marks))
+
+
 def main() -> None:
+    """Launch ``LAUNCHES`` times with each backend version named on the command line, in turn."""
     from notebook_accel.launch.ray_local import local_cluster
 
+    shutil.rmtree(STAMPS, ignore_errors=True)
     cluster = local_cluster(num_nodes=2, num_cpus=2)
     import ray
 
     ray.init(address=cluster.address, log_to_driver=False)
+    session = os.path.basename(cluster.head_node.get_session_dir_path())
     from notebook_accel import notebook_launcher
     from notebook_accel.launch import ray_backend
 
-    for name in (
-        "plan",
-        "prepare",
-        "run",
-        "close",
-        *[n for n in vars(ray_backend.RayBackend) if n.startswith("_") and not n.startswith("__")],
-    ):
-        if isinstance(vars(ray_backend.RayBackend).get(name), types.FunctionType):
-            wrap(ray_backend.RayBackend, name)
-    _instrument_actor(ray_backend)
+    # Other versions of the backend, e.g. a copy of main's: notebook_accel/launch/<name>.py
+    names = [a for a in sys.argv[1:] if not a.startswith("-")] or ["ray_backend"]
+    versions = {}
+    for name in names:
+        module = importlib.import_module(f"notebook_accel.launch.{name}")
+        for method in ("_wait", "_supervise"):
+            wrap(module.RayBackend, method)
+        _instrument_actor(module)
+        versions[name] = module.RayBackend
+    previous: tuple[Any, ...] | None = None
     try:
         for launch in range(LAUNCHES):
-            marks.clear()
-            before = _cpu_by_kind()
-            start = time.time()
-            results = notebook_launcher(work, num_processes=RANKS, cluster="ray", output="none")
-            end = time.time()
-            time.sleep(3)  # the killed actors' processes end and are reaped
-            after = _cpu_by_kind()
-            print(f"\nlaunch {launch}: {end - start:.2f} s")
-            print(
-                "  CPU s during the launch and 3 s after: "
-                + ", ".join(f"{k} {after[k] - before.get(k, 0):.2f}" for k in sorted(after))
-            )
-            seen: dict[str, int] = {}
-            for name, at in marks:
-                if name.startswith("_relay") or name.startswith("_outcome"):
-                    seen[name] = seen.get(name, 0) + 1
-                    if seen[name] > 1:
-                        continue
-                print(f"  {at - start:7.2f}  driver {name}")
-            for rank, result in enumerate(results):
-                row = "  ".join(
-                    f"{k} {v - (0 if k.startswith('cpu') else start):6.2f}"
-                    for k, v in result.items()
-                )
-                print(f"  rank {rank}: {row}")
-            print(
-                f"  relay calls {seen.get('_relay >', 0)}, outcome calls {seen.get('_outcome >', 0)}"
-            )
+            for name, backend in versions.items():
+                ray_backend.RayBackend = backend
+                cpu = _cpu_by_kind(session)
+                if previous is not None:
+                    _show(*previous[:2], _cpu_delta(previous[2], cpu), *previous[3:])
+                marks.clear()
+                start = time.time()
+                results = notebook_launcher(work, num_processes=RANKS, cluster="ray", output="none")
+                previous = (f"{name}, launch {launch}", time.time() - start, cpu, results, start)
+        time.sleep(3)
+        assert previous is not None
+        _show(*previous[:2], _cpu_delta(previous[2], _cpu_by_kind(session)), *previous[3:])
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in sorted(after)}
 
 
 if __name__ == "__main__":

@@ -36,11 +36,12 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from .. import env
-from ..errors import LaunchTimeoutError, RemoteTraceback, WorkerDiedError, WorkerError
+from ..errors import LaunchTimeoutError, WorkerDiedError
 from . import worker as worker_module
 from .channel import Failure, Health, Metrics, Progress, Result, receive
 from .display import Display
-from .payload import Payload, annotate_traceback
+from .outcome import is_collateral, rebuild
+from .payload import Payload
 from .transport import unpack
 
 __all__ = ["Engine", "Layout", "context", "warm_up"]
@@ -325,7 +326,7 @@ class Engine:
         candidates: list[tuple[bool, float, _Rank]] = []
         for rank in self.ranks:
             if rank.failure is not None:
-                candidates.append((_collateral(rank.failure), rank.failure.time, rank))
+                candidates.append((is_collateral(rank.failure), rank.failure.time, rank))
             elif rank.died_at is not None and (
                 self._stopping_since is None or rank.died_at < self._stopping_since
             ):
@@ -334,7 +335,7 @@ class Engine:
             return None
         _, _, first = min(candidates, key=lambda c: (c[0], c[1]))
         if first.failure is not None:
-            return _rebuild(first.rank, first.failure, self.layout.world_size, self.payload)
+            return rebuild(first.rank, first.failure, self.layout.world_size, self.payload)
         code = first.process.exitcode
         return WorkerDiedError(first.rank, code if code is not None else -signal.SIGKILL)
 
@@ -434,50 +435,3 @@ def _read(conn: Connection) -> bytes:
         return os.read(conn.fileno(), 1 << 16)
     except OSError:
         return b""
-
-
-_COLLATERAL_WORDS = (
-    "Connection closed by peer",
-    "Connection reset by peer",
-    "Broken pipe",
-    "gloo",
-    "NCCL",
-    "ProcessGroup",
-)
-
-
-def _collateral(failure: Failure) -> bool:
-    """A communication error, typically the consequence of another rank's failure."""
-    if failure.type_name.rsplit(".", 1)[-1] in ("DistBackendError", "DistNetworkError"):
-        return True
-    return failure.type_name.endswith("RuntimeError") and any(
-        word in failure.message for word in _COLLATERAL_WORDS
-    )
-
-
-def _rebuild(rank: int, failure: Failure, world_size: int, payload: Payload) -> BaseException:
-    """The worker's exception as its own type, with the worker's traceback as the cause.
-
-    The traceback gets the cell-defined functions' files and source lines back (payload.py).
-    """
-    exc: BaseException | None = None
-    if failure.exception is not None:
-        try:
-            loaded = pickle.loads(failure.exception)
-            exc = loaded if isinstance(loaded, BaseException) else None
-        except Exception:
-            exc = None
-    if exc is None:
-        exc = WorkerError(
-            f"rank {rank} raised {failure.type_name}: {failure.message}", rank, failure.type_name
-        )
-    with contextlib.suppress(AttributeError, TypeError):
-        exc.rank = rank  # type: ignore[attr-defined]
-    exc.add_note(
-        f"[notebook_accel] raised on rank {rank} of {world_size}; the worker's "
-        "traceback is shown above."
-    )
-    text = annotate_traceback(failure.traceback, payload.code_origins)
-    exc.__cause__ = RemoteTraceback(f"Traceback from rank {rank}:\n{text}")
-    exc.__suppress_context__ = True
-    return exc

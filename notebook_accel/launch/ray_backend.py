@@ -24,7 +24,7 @@
               -> display
             ray.wait(run refs) -> outcomes           (outcome, rest of the batch): large
             watch (Stop), deadline                   buffers via the object store
-      first failing rank's own exception (engine._rebuild), WorkerDiedError for a dead actor
+      first failing rank's own exception (outcome.rebuild), WorkerDiedError for a dead actor
       finally: ray.kill every actor, remove the placement group: nothing stays reserved
 
 The actors print into pipes that their own threads read, so the cell shows ``[rank N]`` whole
@@ -49,14 +49,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
-
 from .. import env, hardware
 from ..config import LaunchConfig
 from ..errors import ConfigError, LaunchError, LaunchTimeoutError, WorkerDiedError
 from .channel import Failure, Health, Metrics, Progress, Result, Sender
 from .display import Display
-from .payload import Payload, load
+from .payload import Payload
 from .pickling import Outgoing
 from .transport import Shipment, unpack
 
@@ -131,7 +129,7 @@ class _Relay:
         self._readers: list[threading.Thread] = []
 
     def start(self) -> None:
-        from .worker import _line_buffered_stdio
+        from .worker import line_buffered_stdio
 
         for fd, stream in ((1, "stdout"), (2, "stderr")):
             read_end, write_end = os.pipe()
@@ -140,7 +138,7 @@ class _Relay:
             reader = threading.Thread(target=self._read, args=(read_end, stream), daemon=True)
             reader.start()
             self._readers.append(reader)
-        _line_buffered_stdio()
+        line_buffered_stdio()
 
     def _read(self, fd: int, stream: str) -> None:
         while True:
@@ -167,9 +165,9 @@ class _Relay:
 
     def finish(self) -> list[tuple[str, bytes]]:
         """Every line written so far: the part the notebook has not taken yet."""
-        from .worker import _flush_all
+        from .worker import flush_all
 
-        _flush_all()
+        flush_all()
         # The pipes' write ends are fds 1 and 2 only: pointing those at /dev/null ends the
         # readers (unless a process the function started still holds a copy).
         null = os.open(os.devnull, os.O_WRONLY)
@@ -198,9 +196,9 @@ class _RankActor:
 
     def host_store(self, host: str, world_size: int) -> int:
         """Rank 0: host this attempt's TCPStore on its node; every rank joins it as a client."""
-        from .rendezvous import _hosted
+        from .rendezvous import hosted_store
 
-        _store, port = self._held.enter_context(_hosted(host, 0, world_size))
+        _store, port = self._held.enter_context(hosted_store(host, 0, world_size))
         return int(port)
 
     def take(self) -> list[tuple[str, bytes]]:
@@ -211,41 +209,27 @@ class _RankActor:
         self, worker: env.WorkerEnv, payload: Payload
     ) -> tuple[Outcome, list[tuple[str, bytes]]]:
         """Run the function; its outcome and the output the notebook has not taken yet."""
-        from .. import progress
-        from .worker import _finish_distributed, _pack, _random_state
+        from .. import live, progress
+        from .worker import call, finish_distributed
 
         relay = self._relay
         relay.start()
         # The node's environment stays (Ray's CUDA_VISIBLE_DEVICES, paths); the notebook's
         # does not travel to other machines. The distributed variables are added.
         env.install(env.snapshot(), worker)
-        progress.attach(Sender(relay))  # type: ignore[arg-type]
-        outcome: Outcome
-        try:
-            _random_state()  # the launch's seed=, as in a local worker
-            function, args, kwargs = load(payload)
-            value = function(*args, **kwargs)
-            try:
-                outcome = ("ok", _pack(payload, value))
-            except Exception as exc:
-                raise TypeError(
-                    f"the function returned {type(value).__qualname__}, which cannot be "
-                    f"pickled back to the notebook ({exc}); return plain data."
-                ) from exc
-        except SystemExit as exc:
-            # A ported script may end with sys.exit(0): a clean finish returning None.
-            if exc.code in (None, 0):
-                outcome = ("ok", Result(cloudpickle.dumps(None)))
-            else:
-                outcome = ("failed", Failure.from_exception(exc))
-        except BaseException as exc:
-            if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
-                exc = exc.with_traceback(exc.__traceback__.tb_next)  # start at the user's frame
-            outcome = ("failed", Failure.from_exception(exc))
+        sender = Sender(relay)  # type: ignore[arg-type]
+        progress.attach(sender)
+        live.start(sender)  # rank 0's Accelerator.log rows and every rank's health
+        ending = call(payload)  # as a local worker runs it: seed=, sys.exit(0), tracebacks
         progress.detach()
-        if outcome[0] == "ok":
+        live.stop()  # the last logged rows go before the outcome
+        outcome: Outcome
+        if isinstance(ending, Failure):
+            outcome = ("failed", ending)
+        else:
+            outcome = ("ok", ending)
             with contextlib.suppress(Exception):
-                _finish_distributed()
+                finish_distributed()
         return outcome, relay.finish()  # every line reaches the notebook before the outcome
 
 
@@ -598,7 +582,7 @@ class RayBackend:
         display: Display,
         check: Callable[[], None],
     ) -> dict[int, Outcome]:
-        from .engine import _collateral
+        from .outcome import is_collateral
 
         ray = self.ray
         pending = dict(refs)
@@ -624,7 +608,7 @@ class RayBackend:
                 outcomes[rank] = outcome
                 display.rank_state(rank, "finished" if outcome[0] == "ok" else "failed")
             problems = [o for o in outcomes.values() if o[0] != "ok"]
-            if any(o[0] == "died" or not _collateral(o[1]) for o in problems):
+            if any(o[0] == "died" or not is_collateral(o[1]) for o in problems):
                 break  # a root cause: stop the others now
             if problems:
                 # A peer's communication error: its cause (a death, a failure elsewhere)
@@ -640,12 +624,12 @@ class RayBackend:
         return outcomes
 
     def _results(self, outcomes: dict[int, Outcome]) -> list[Any]:
-        from .engine import _collateral, _rebuild
+        from .outcome import is_collateral, rebuild
 
         problems: list[tuple[bool, float, int]] = []
         for rank, outcome in outcomes.items():
             if outcome[0] == "failed":
-                problems.append((_collateral(outcome[1]), outcome[1].time, rank))
+                problems.append((is_collateral(outcome[1]), outcome[1].time, rank))
             elif outcome[0] == "died":
                 problems.append((False, outcome[2], rank))
         if problems:
@@ -654,6 +638,6 @@ class RayBackend:
             world = self._plan.num_processes  # type: ignore[union-attr]
             if outcome[0] == "died":
                 raise _died(rank, outcome[1])
-            raise _rebuild(rank, outcome[1], world, self._payload)  # type: ignore[arg-type]
+            raise rebuild(rank, outcome[1], world, self._payload)  # type: ignore[arg-type]
         shipment = self._payload.shipment  # type: ignore[union-attr]
         return [_value(shipment, outcomes[rank][1]) for rank in sorted(outcomes)]

@@ -25,14 +25,14 @@ from typing import Any
 from ..config import LaunchConfig
 from ..errors import ConfigError, LaunchError
 
-__all__ = ["group_store", "workers_store"]
+__all__ = ["group_store", "hosted_store", "workers_store"]
 
 _PORT_KEY = "notebook_accel/port/"
 _STORE_TIMEOUT = datetime.timedelta(minutes=30)
 
 
 @contextmanager
-def _hosted(host: str, port: int, backlog: int) -> Iterator[tuple[Any, int]]:
+def hosted_store(host: str, port: int, backlog: int) -> Iterator[tuple[Any, int]]:
     """A TCPStore server in this process, listening only on ``host``."""
     import torch.distributed as dist
 
@@ -74,7 +74,7 @@ def group_store(config: LaunchConfig, world_size: int) -> Iterator[tuple[Any | N
     if config.num_nodes == 1 or config.node_rank != 0:
         yield None, config.master_port or 0
         return
-    with _hosted("0.0.0.0", config.master_port or 0, world_size) as hosted:
+    with hosted_store("0.0.0.0", config.master_port or 0, world_size) as hosted:
         yield hosted
 
 
@@ -96,7 +96,7 @@ def workers_store(
         yield port
         return
     single = config.num_nodes == 1
-    with _hosted("127.0.0.1" if single else "0.0.0.0", 0, world_size) as (_store, port):
+    with hosted_store("127.0.0.1" if single else "0.0.0.0", 0, world_size) as (_store, port):
         if group is not None:
             group.set(key, str(port))
         yield port

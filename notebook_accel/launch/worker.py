@@ -35,7 +35,14 @@ from .payload import Payload, load
 from .pickling import dumps
 from .transport import pack
 
-__all__ = ["main"]
+__all__ = [
+    "call",
+    "finish_distributed",
+    "flush_all",
+    "line_buffered_stdio",
+    "main",
+    "random_state",
+]
 
 
 def _redirect(conn: Connection, fd: int) -> None:
@@ -54,7 +61,7 @@ class _Counted(io.FileIO):
         return n or 0
 
 
-def _line_buffered_stdio() -> Callable[[], tuple[int, int]]:
+def line_buffered_stdio() -> Callable[[], tuple[int, int]]:
     """Python and C streams flush each line, so the parent relays lines as they happen.
 
     Returns the output marks: flush Python's streams, then the bytes written so far to
@@ -89,7 +96,7 @@ def _line_buffered_stdio() -> Callable[[], tuple[int, int]]:
     return marks
 
 
-def _flush_all() -> None:
+def flush_all() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -132,7 +139,7 @@ def _cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:
     torch.set_num_threads(max(1, (cores or 1) // worker.local_world_size))
 
 
-def _random_state() -> None:
+def random_state() -> None:
     """Fresh generators for each worker of each launch; the launch's seed when one was given.
 
     Forked workers would all start from the forkserver's generator states (the same dropout
@@ -147,7 +154,7 @@ def _random_state() -> None:
         fresh_seeds()
 
 
-def _finish_distributed() -> None:
+def finish_distributed() -> None:
     torch = sys.modules.get("torch")
     if torch is None:
         return
@@ -197,6 +204,40 @@ def _pack(payload: Payload, value: object) -> Result:
     return pack(payload.shipment, value)
 
 
+def call(payload: Payload, setup: Callable[[], None] | None = None) -> Result | Failure:
+    """Run the launch's function in this rank: its packed result, or how it failed.
+
+    The rank's side of every backend (this module's ``main``, a cluster's actors): ``setup``
+    first, the generators seeded (random_state), the call unpickled and run, the value packed
+    for the payload's transport. ``sys.exit(0)`` (a ported script's ending) is a clean finish
+    returning None; every other exception, KeyboardInterrupt too, is the rank's failure with
+    its traceback starting at the user's frame.
+    """
+    try:
+        if setup is not None:
+            setup()
+        random_state()
+        function, args, kwargs = load(payload)
+        value = function(*args, **kwargs)
+        try:
+            return _pack(payload, value)
+        except SharedMemoryError:
+            raise
+        except Exception as exc:
+            raise TypeError(
+                f"the function returned {type(value).__qualname__}, which cannot be pickled "
+                f"back to the notebook ({exc}); return plain data (numbers, lists, tensors)."
+            ) from exc
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return Result(pickle.dumps(None))
+        return Failure.from_exception(exc)
+    except BaseException as exc:  # KeyboardInterrupt too: the parent decides what it means
+        if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+            exc = exc.with_traceback(exc.__traceback__.tb_next)  # start at the user's frame
+        return Failure.from_exception(exc)
+
+
 def main(
     worker: env.WorkerEnv,
     payload: Payload,
@@ -214,7 +255,7 @@ def main(
     os.setpgrp()
     _redirect(out_w, 1)
     _redirect(err_w, 2)
-    marks = _line_buffered_stdio()
+    marks = line_buffered_stdio()
     _watch_lifeline(lifeline)
     _plain_start_method()
     env.install(payload.environ, worker)
@@ -224,41 +265,19 @@ def main(
 
     progress.attach(sender)
     live.start(sender)  # [metrics] rank 0's log() rows and every rank's health, to the parent
-    failed = True
-    try:
-        _cpu_threads(worker, payload.environ)
-        _random_state()
-        function, args, kwargs = load(payload)
-        value = function(*args, **kwargs)
-        try:
-            result = _pack(payload, value)
-        except SharedMemoryError:
-            raise
-        except Exception as exc:
-            raise TypeError(
-                f"the function returned {type(value).__qualname__}, which cannot be pickled "
-                f"back to the notebook ({exc}); return plain data (numbers, lists, tensors)."
-            ) from exc
-        failed = False
-    except SystemExit as exc:
-        # A ported script may end with sys.exit(0): that is a clean finish returning None.
-        failed = exc.code not in (None, 0)
-        result = Result(pickle.dumps(None))
-        if failed:
-            sender.send(Failure.from_exception(exc))
-    except BaseException as exc:  # KeyboardInterrupt too: the parent decides what it means
-        if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
-            exc = exc.with_traceback(exc.__traceback__.tb_next)  # start at the user's frame
-        sender.send(Failure.from_exception(exc))
+    outcome = call(payload, setup=lambda: _cpu_threads(worker, payload.environ))
+    failed = isinstance(outcome, Failure)
+    if failed:
+        sender.send(outcome)  # at once: the parent stops the other ranks
     progress.detach()
     live.stop()  # the last logged rows leave before the Result
     if not failed:
         with contextlib.suppress(Exception):
-            _finish_distributed()
-    _flush_all()
+            finish_distributed()
+    flush_all()
     if not failed:
         # The result goes last, after every line this rank printed has reached its pipe.
-        sender.send(result)
+        sender.send(outcome)
     conn.close()
     with contextlib.suppress(Exception):
         _release_semaphores()

@@ -40,7 +40,7 @@ from .display import Display
 from .engine import Layout
 from .payload import Payload, load
 from .transport import pack, unpack
-from .worker import _random_state
+from .worker import random_state
 from .xla_output import Relay, attach, report_failure
 
 __all__ = ["run"]
@@ -60,7 +60,7 @@ def _entry(payload: Payload, options: dict[str, str], address: str) -> Outcome:
             # Per process, not per device: threads of one process share the environment.
             env.set_var(name, value)
         detach = attach(address)
-        _random_state()
+        random_state()
         function, args, kwargs = load(payload)
         value = function(*args, **kwargs)
         assert payload.shipment is not None, "the launch ships every payload"
@@ -186,7 +186,8 @@ def run(
         ...     payload, Display(), None)  # doctest: +SKIP
         [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
     """
-    from .engine import _collateral, _main_hidden, _rebuild
+    from .engine import _main_hidden
+    from .outcome import is_collateral, rebuild
 
     # torch_xla's pool spawns its processes; hiding __main__ keeps a script launched without
     # an ``if __name__ == "__main__"`` guard from running again in each of them.
@@ -196,7 +197,7 @@ def run(
     failures = [(outcomes[o][1], o) for o in ordinals if outcomes[o][0] == "failed"]
     if failures:
         # The root cause: a peer's communication error is the consequence of it.
-        failure, ordinal = min(failures, key=lambda f: (_collateral(f[0]), f[0].time))
-        raise _rebuild(ordinal, failure, layout.world_size, payload)
+        failure, ordinal = min(failures, key=lambda f: (is_collateral(f[0]), f[0].time))
+        raise rebuild(ordinal, failure, layout.world_size, payload)
     assert payload.shipment is not None, "the launch ships every payload"
     return [unpack(payload.shipment, outcomes[o][1]) for o in ordinals]

@@ -208,13 +208,13 @@ def _connect(address: str, header: dict[str, Any]) -> socket.socket:
 
 
 def _attach_process(address: str, header: dict[str, Any]) -> None:
-    from .worker import _line_buffered_stdio
+    from .worker import line_buffered_stdio
 
     for fd, stream in ((1, "stdout"), (2, "stderr")):
         sock = _connect(address, {**header, "stream": stream})
         os.dup2(sock.fileno(), fd)
         sock.close()
-    _line_buffered_stdio()
+    line_buffered_stdio()
 
 
 def attach(address: str) -> Callable[[], None]:
@@ -286,6 +286,6 @@ def report_failure(address: str, failure: Any) -> None:
 
 
 def _flush_c() -> None:
-    from .worker import _flush_all
+    from .worker import flush_all
 
-    _flush_all()
+    flush_all()

@@ -17,7 +17,7 @@ import pytest
 from notebook_accel import notebook_launcher
 from notebook_accel.errors import ConfigError, RemoteTraceback
 from notebook_accel.launch import launch
-from notebook_accel.launch.channel import Progress
+from notebook_accel.launch.channel import Health, Progress
 from notebook_accel.launch.display import Display
 from notebook_accel.launch.ray_local import local_cluster
 
@@ -112,9 +112,13 @@ class _Recording(Display):
     def __init__(self) -> None:
         super().__init__(output="all")
         self.bars: list[tuple[int, Progress]] = []
+        self.health_seen: list[tuple[int, Health]] = []
 
     def progress(self, rank: int, message: Progress) -> None:
         self.bars.append((rank, message))
+
+    def health(self, rank: int, message: Health) -> None:
+        self.health_seen.append((rank, message))
 
 
 def _chatty(fail_on: int | None) -> int:
@@ -158,6 +162,28 @@ def test_output_progress_results_and_error_as_locally(
     assert "_chatty" in str(cause) and "raise ValueError" in str(cause)
     assert raised.value.rank == 1  # type: ignore[attr-defined]
     assert _all_free()
+
+
+def _log_a_few(n: int) -> int:
+    import time
+
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    for i in range(n):
+        accelerator.log({"loss": 1.0 / (i + 1)}, step=i)
+    time.sleep(1.5)  # long enough for a health report (one a second)
+    accelerator.wait_for_everyone()
+    return accelerator.process_index
+
+
+def test_logged_metrics_and_health_reach_the_notebook(cluster: Any) -> None:
+    from notebook_accel import last_metrics
+
+    display = _Recording()
+    assert launch(_log_a_few, (5,), None, _config(num_processes=2), display=display) == [0, 1]
+    assert last_metrics() == [{"step": i, "loss": 1.0 / (i + 1)} for i in range(5)]
+    assert {rank for rank, _ in display.health_seen} == {0, 1}
 
 
 def test_captured_tensors_and_large_results_travel_through_the_object_store(

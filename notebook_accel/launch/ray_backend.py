@@ -466,7 +466,9 @@ class RayBackend:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         options = _split_resources(self.resources)
-        # The relay group: the notebook takes a rank's output while ``run`` is busy.
+        # The relay group: the notebook takes a rank's output while ``run`` is busy. Marked
+        # here, where ray is imported, and not per call (Ray Client refuses that option).
+        self.ray.method(concurrency_group=_RELAY)(_RankActor.take)
         remote_rank = self.ray.remote(concurrency_groups={_RELAY: 1})(_RankActor)
         return [
             remote_rank.options(
@@ -592,7 +594,7 @@ class RayBackend:
 
         def take_all() -> None:
             for rank in set(pending.values()) - takes.keys():
-                takes[rank] = ranks[rank].take.options(concurrency_group=_RELAY).remote()
+                takes[rank] = ranks[rank].take.remote()
 
         while pending:
             check()

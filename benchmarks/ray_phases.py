@@ -1,12 +1,27 @@
 """Where a cluster="ray" launch spends its time, phase by phase (driver and actors).
 
-Starts the same local 2-node cluster as ray_launch.py, launches the same all-reduce on 4 ranks
-a few times, and prints a timeline per launch: the driver's steps (timed by wrapping the
-backend's methods) and, for each rank, when its Ray worker process was born, when the actor
-was built, when ``run`` started, when the function started and when the process group was up.
-All times are seconds after notebook_launcher was called.
+Starts the same local 2-node cluster as ray_launch.py and launches the same all-reduce on 4
+ranks a few times, back to back. Per launch it prints, in seconds after notebook_launcher was
+called: for each rank, when its Ray worker process was born (/proc), when the actor's
+``__init__`` began (the worker had booted and imported notebook_accel) and ended (torch
+imported), when ``run`` began, when the function began and when its process group was up;
+the driver's waits (for every actor's ``where``, then the ranks' outcomes); the CPU seconds
+each rank's process had used at those points, and the driver's and Ray daemons' CPU.
 
-    python benchmarks/ray_phases.py
+    python benchmarks/ray_phases.py                         # this version of the backend
+    python benchmarks/ray_phases.py ray_backend_old ray_backend
+        # in turn with a copy of another version in notebook_accel/launch/ray_backend_old.py
+
+What it showed (4 ranks, 2 nodes of 2 logical CPUs, 2 shared cores; a launch is CPU-bound):
+per rank, booting a Ray worker costs ~1.7 CPU s (``import ray``; ~1.0 of it is jsonschema
+importing rfc3987_syntax, which builds a lark grammar at import, in any environment with
+Jupyter's jsonschema[format-nongpl]), importing torch ~1.3 CPU s, and Ray's own work after
+an actor's first call ~0.25 CPU s; notebook_accel's modules ~0.05, the rendezvous, payload,
+process group, function, result and teardown ~0.1 s of wall time together. Before
+(a mailbox actor, placement group awaited first): a fifth worker process to boot per launch,
+which on a node that starts 2 workers at a time made one rank's worker start seconds late
+(every rank waits for the slowest), and ~0.7 s waiting for the group before asking for
+actors. After: 4 processes, all asked for at once.
 """
 
 from __future__ import annotations
@@ -104,14 +119,13 @@ def work() -> dict[str, float]:
 
 
 def _cpu_by_kind(session: str) -> dict[str, float]:
-    """CPU seconds so far of this process and of the cluster's processes, by kind.
+    """CPU seconds so far of this process and of the cluster's daemons (not its workers).
 
-    The cluster's daemons name its session directory on their command lines; Ray's workers
-    are the raylets' children (named ``ray::...``). A worker that ended counts in its
-    raylet's children's time once reaped: "workers ended" (the agents are alive throughout).
+    The daemons name the cluster's session directory on their command lines, or are a
+    raylet's agents. The workers' own CPU is in the rank rows: a killed worker's is gone.
     """
     tick = os.sysconf("SC_CLK_TCK")
-    procs: dict[int, tuple[str, int, float, float]] = {}
+    procs: dict[int, tuple[str, int, float]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -122,25 +136,16 @@ def _cpu_by_kind(session: str) -> dict[str, float]:
                 command = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        own = (int(fields[11]) + int(fields[12])) / tick
-        ended = (int(fields[13]) + int(fields[14])) / tick
-        procs[int(name)] = (command, int(fields[1]), own, ended)
+        procs[int(name)] = (command, int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
     raylets = {p for p, (c, *_) in procs.items() if session in c and "raylet/raylet" in c}
-    kinds: dict[str, float] = {}
-
-    def add(kind: str, seconds: float) -> None:
-        kinds[kind] = kinds.get(kind, 0.0) + seconds
-
-    for pid, (command, parent, own, ended) in procs.items():
+    kinds = {"driver": 0.0, "raylets": 0.0, "other ray daemons": 0.0}
+    for pid, (command, parent, own) in procs.items():
         if pid == os.getpid():
-            add("driver", own)
+            kinds["driver"] += own
         elif pid in raylets:
-            add("raylets", own)
-            add("workers ended", ended)
-        elif parent in raylets and "Agent" not in command:
-            add("workers alive", own)
-        elif session in command or parent in raylets:
-            add("ray daemons", own + ended)
+            kinds["raylets"] += own
+        elif session in command or (parent in raylets and "Agent" in command):
+            kinds["other ray daemons"] += own
     return kinds
 
 

@@ -6,6 +6,18 @@ launcher runs it once (first launch) and then again (repeated launches; nothing 
 reserved between them), in this one process, one after the other.
 
     python benchmarks/ray_launch.py        # needs `pip install -e '.[bench]'` (ray[train])
+
+Where our launch's time goes (benchmarks/ray_phases.py prints it phase by phase): on this
+2-core machine it is CPU-bound, ~3.2 CPU s per rank, nearly all in fresh Ray worker processes:
+booting one (``import ray``) ~1.7 CPU s, of which ~1.0 is jsonschema importing rfc3987_syntax
+(a lark grammar built at import; installed with Jupyter's jsonschema[format-nongpl]), torch's
+import ~1.3, Ray's lazy serializers (pydantic, pyarrow) after the first call ~0.25; the
+placement group, rendezvous, payload, process group, function, results and teardown together
+~0.1 s. Dropping the mailbox actor (a fifth worker process; with Ray starting 2 workers at a
+time per node, one rank's process started seconds late) and asking for the actors with the
+placement group rather than after it is ready (~0.7 s) took the launch from 5 processes to 4.
+TorchTrainer starts more processes (its controller and one worker per rank, which also import
+torch) and waits on its own steps.
 """
 
 from __future__ import annotations

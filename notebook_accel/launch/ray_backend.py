@@ -62,6 +62,7 @@ __all__ = ["RayBackend", "connect", "describe_cluster"]
 
 _TICK = 0.1  # seconds between two looks at the ranks' output and outcomes
 _RELAY = "relay"  # the actors' concurrency group that hands over output while ``run`` is busy
+_TAKE_WAIT = 1.0  # seconds a take waits in the actor for output before answering empty
 _COLLATERAL_GRACE = 10.0  # seconds a communication error waits for its root cause to show
 _READY_NOTE = 30.0  # seconds of waiting for the placement group before saying so
 
@@ -121,10 +122,14 @@ class _Relay:
     takes the batch (``take``) on the actor's relay thread while ``run`` is busy; what is left
     at the end travels with the outcome. No mailbox actor: each actor is a Ray worker process
     to start (seconds of CPU on a small node), and the ranks wait for the slowest to start.
+    A take waits a while for something to send, so a quiet rank costs the notebook about one
+    request a second, not one a tick.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._finished = False
         self._batch: list[tuple[str, bytes]] = []
         self._readers: list[threading.Thread] = []
 
@@ -154,12 +159,16 @@ class _Relay:
     def _add(self, kind: str, data: bytes) -> None:
         with self._lock:
             self._batch.append((kind, data))
+            self._arrived.notify_all()
 
     def send_bytes(self, data: bytes) -> None:
         self._add("message", data)
 
-    def take(self) -> list[tuple[str, bytes]]:
+    def take(self, wait: float = 0.0) -> list[tuple[str, bytes]]:
+        """What was written since the last take; waits up to ``wait`` s for something."""
         with self._lock:
+            if not self._batch and not self._finished:
+                self._arrived.wait(wait)
             batch, self._batch = self._batch, []
         return batch
 
@@ -176,6 +185,9 @@ class _Relay:
         os.close(null)
         for reader in self._readers:
             reader.join(timeout=2.0)
+        with self._lock:
+            self._finished = True  # a take waiting now answers at once
+            self._arrived.notify_all()
         return self.take()
 
 
@@ -203,7 +215,7 @@ class _RankActor:
 
     def take(self) -> list[tuple[str, bytes]]:
         """The output and progress written since the last take (on the relay thread)."""
-        return self._relay.take()
+        return self._relay.take(wait=_TAKE_WAIT)
 
     def run(
         self, worker: env.WorkerEnv, payload: Payload

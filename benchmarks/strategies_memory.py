@@ -27,13 +27,14 @@ and accelerate).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from _measure import Result, peak_since, reset_peak, run_rounds
-from fsdp_memory import _build, _train, ddp, ours_fsdp
+from fsdp_memory import _build, _model, _train, ddp, ours_fsdp
 
 
 def _plan(cfg: dict[str, Any]) -> dict[str, str]:
@@ -41,18 +42,28 @@ def _plan(cfg: dict[str, Any]) -> dict[str, str]:
     return {str(2 * i): ("colwise" if i % 2 == 0 else "rowwise") for i in range(cfg["layers"])}
 
 
-def _ours_zero(cfg: dict[str, Any], stage: int) -> Result:
+def _built(cfg: dict[str, Any], init: Any) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    # The model inside the ZeRO-3 init context (partitioned layer by layer), its optimizer
+    # after, over the partitioned parameters; ``init=None``: built whole.
+    with init if init is not None else contextlib.nullcontext():
+        model = _model(cfg)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def _ours_zero(cfg: dict[str, Any], stage: int, zero_init: bool = False) -> Result:
     from notebook_accel.accelerator import Accelerator
     from notebook_accel.deepspeed_plugin import DeepSpeedPlugin
 
     acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage))
     base = reset_peak()
-    model, opt = acc.prepare(*_build(cfg))
+    plugin = acc.state.deepspeed_plugin
+    init = plugin.zero3_init_context_manager(enable=True) if zero_init else None
+    model, opt = acc.prepare(*_built(cfg, init))
     times = _train(model, opt, acc.backward, cfg)
     return times, peak_since(base)
 
 
-def _accelerate_zero(cfg: dict[str, Any], stage: int) -> Result:
+def _accelerate_zero(cfg: dict[str, Any], stage: int, zero_init: bool = False) -> Result:
     from accelerate import Accelerator
     from accelerate.utils import DeepSpeedPlugin
 
@@ -63,7 +74,15 @@ def _accelerate_zero(cfg: dict[str, Any], stage: int) -> Result:
     plugin.deepspeed_config["gradient_clipping"] = 0.0
     acc = Accelerator(deepspeed_plugin=plugin)
     base = reset_peak()
-    model, opt = acc.prepare(*_build(cfg))
+    init = None
+    if zero_init:
+        # accelerate's zero3_init_flag reaches transformers' from_pretrained only: for a
+        # plain module its users open deepspeed.zero.Init with the plugin's config.
+        import deepspeed
+        import torch._dynamo  # noqa: F401  (see notebook_accel's zero3_init)
+
+        init = deepspeed.zero.Init(config_dict_or_path=plugin.deepspeed_config)
+    model, opt = acc.prepare(*_built(cfg, init))
     times = _train(model, opt, acc.backward, cfg)
     return times, peak_since(base)
 
@@ -105,14 +124,17 @@ VARIANTS: dict[str, Callable[[dict[str, Any]], Result]] = {
     "FSDP (ours)": ours_fsdp,
     "ZeRO-2 (ours)": lambda cfg: _ours_zero(cfg, 2),
     "ZeRO-2 (accelerate)": lambda cfg: _accelerate_zero(cfg, 2),
-    "ZeRO-3 (ours)": lambda cfg: _ours_zero(cfg, 3),
-    "ZeRO-3 (accelerate)": lambda cfg: _accelerate_zero(cfg, 3),
+    "ZeRO-3 (ours)": lambda cfg: _ours_zero(cfg, 3, zero_init=True),
+    "ZeRO-3 (accelerate)": lambda cfg: _accelerate_zero(cfg, 3, zero_init=True),
+    "ZeRO-3 whole (ours)": lambda cfg: _ours_zero(cfg, 3),
+    "ZeRO-3 whole (acc.)": lambda cfg: _accelerate_zero(cfg, 3),
     "TP=2 (ours)": ours_tp,
     "TP=2 (raw torch)": torch_tp,
 }
 PEER = {
     "ZeRO-2 (ours)": "ZeRO-2 (accelerate)",
     "ZeRO-3 (ours)": "ZeRO-3 (accelerate)",
+    "ZeRO-3 whole (ours)": "ZeRO-3 whole (acc.)",
     "TP=2 (ours)": "TP=2 (raw torch)",
 }
 

@@ -186,7 +186,10 @@ class Accelerator:
                 "keys not also set by the DistributedDataParallelKwargs handler",
             )
         group_options = self._handler_kwargs(InitProcessGroupKwargs)
-        self.state = ProcessState.from_environment(cpu=cpu, group_options=group_options)
+        self.state = dataclasses.replace(
+            ProcessState.from_environment(cpu=cpu, group_options=group_options),
+            deepspeed_plugin=plugin,
+        )
         self._processes = PartialState.of(self.state)
         # An XLA job's precision (graph cut per step, gradients averaged across device threads)
         # follows the job's backend, whatever device object torch_xla hands out.

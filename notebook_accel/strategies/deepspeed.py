@@ -1,9 +1,14 @@
 """DeepSpeed's ZeRO (stages 0-3) as a strategy; the ``deepspeed`` package is an optional extra.
 
 prepare(model, optimizer, loader) in one call (as accelerate requires):
+    __init__            -> imports deepspeed (as accelerate's state does), binds the Accelerator's
+                       settings to the plugin (its ZeRO-3 init context's config); on CPU,
+                       glibc returns freed blocks (fsdp.return_freed_memory)
     begin_prepare   -> remembers the call's optimizers and the loader's batch size
     prepare_model   -> deepspeed.initialize(model, the user's torch optimizer,
-                       plugin.ds_config(...) with "auto" filled) -> DeepSpeedEngine
+                       plugin.ds_config(...) with "auto" filled, ZeRO's sizes from the
+                       model's hidden size) -> DeepSpeedEngine (a model built in the
+                       plugin's zero3_init_context_manager arrives partitioned)
     wrap_optimizer  -> DeepSpeedOptimizer: step/zero_grad are the engine's (no-ops here)
 backward(loss)      -> engine.backward (DeepSpeed divides by the accumulation steps),
                        then engine.step, told where the accumulation boundary is
@@ -27,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..checkpoint import Stateful, find
-from ..deepspeed_plugin import DeepSpeedPlugin
+from ..deepspeed_plugin import DeepSpeedPlugin, hidden_size
 from ..errors import CheckpointError, ConfigError
 from ..precision import AcceleratedOptimizer, Precision
 from ..state import GradientState, ProcessState
@@ -139,12 +144,28 @@ class DeepSpeedStrategy(Strategy):
     ) -> None:
         require_deepspeed()
         super().__init__(state)
+        self.created_group = False
         if not torch.distributed.is_initialized():
             # DeepSpeed needs a process group even alone (accelerate runs it on one process):
             # a group of one over an in-memory store, nothing to rendezvous with.
             torch.distributed.init_process_group(
                 state.backend, store=torch.distributed.HashStore(), rank=0, world_size=1
             )
+            self.created_group = True
+        if state.device.type == "cpu":
+            from ..fsdp import return_freed_memory
+
+            # ZeRO frees gathered layers and its buckets each step: on glibc's heap they
+            # stayed resident (ZeRO-3's peak grew step after step on the benchmark's model).
+            return_freed_memory("DeepSpeed")
+        import deepspeed  # noqa: F401  (after: it may allocate; part of setup, as in accelerate)
+
+        plugin._settings = {
+            "accumulation_steps": gradient_state.accumulation_steps,
+            "mixed_precision": mixed_precision,
+            "micro_batch_size": None,
+            "world_size": state.world_size,
+        }
         self.plugin = plugin
         self.gradient_state = gradient_state
         self.mixed_precision = mixed_precision
@@ -209,6 +230,7 @@ class DeepSpeedStrategy(Strategy):
             mixed_precision=self.mixed_precision,
             micro_batch_size=self._micro_batch,
             world_size=self.state.world_size,
+            hidden_size=hidden_size(model),
         )
         engine, _, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=config, dist_init_required=False

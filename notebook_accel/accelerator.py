@@ -200,6 +200,7 @@ class Accelerator:
             self._handler_kwargs(GradScalerKwargs),
             self._fp8_recipe(),
             self.state.device,
+            loss_scaler=plugin is None,  # DeepSpeed scales fp16 losses itself (its config)
         )
         self.gradient_state = GradientState(accumulation_steps=steps)
         self.device_placement = device_placement
@@ -613,6 +614,7 @@ class Accelerator:
         if self._live is not None:
             self._live.flush()
         self.wait_for_everyone()
+        self._strategy.end()
         if self.state.created_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 

@@ -30,7 +30,14 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["DeepSpeedPlugin", "ZERO_STAGES", "OFFLOAD_DEVICES", "coerce_option", "hidden_size"]
+__all__ = [
+    "DeepSpeedPlugin",
+    "ZERO_STAGES",
+    "OFFLOAD_DEVICES",
+    "coerce_option",
+    "hidden_size",
+    "precisions",
+]
 
 ZERO_STAGES = (0, 1, 2, 3)
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
@@ -298,6 +305,17 @@ _FIELDS = (
     "zero3_save_16bit_model",
     "zero3_init_flag",
 )
+
+
+def precisions(device_type: str) -> tuple[str, ...]:
+    """The ``mixed_precision`` values DeepSpeed trains with on ``device_type``: its CPU
+    accelerator refuses fp16 ("Type fp16 is not supported on your device").
+
+    Example:
+        >>> precisions("cpu")
+        ('no', 'bf16')
+    """
+    return ("no", "bf16") if device_type == "cpu" else ("no", "fp16", "bf16")
 
 
 def hidden_size(model: Any) -> int:

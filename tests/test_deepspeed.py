@@ -138,8 +138,20 @@ def test_resume_is_exact_and_save_model_is_a_plain_state_dict(tmp_path: Path) ->
         torch.testing.assert_close(plain.state_dict(), make_model().state_dict())
 
 
-def _one_process() -> list[float]:
-    return [float(t.sum()) for t in train(2, 2, steps=3)]
+def _one_process() -> tuple[bool, bool, bool, list[float]]:
+    from notebook_accel.accelerator import Accelerator
+
+    dist = torch.distributed
+    before = dist.is_initialized()
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+    model = make_model()
+    model, opt = acc.prepare(model, OPT(model.parameters()))
+    acc.backward(F.mse_loss(model(torch.ones(4, 6)), torch.zeros(4, 3)))
+    during = dist.is_initialized()  # DeepSpeed's group of one
+    acc.end_training()
+    after = dist.is_initialized()
+    # A second Accelerator in the same process starts from nothing and trains.
+    return before, during, after, [float(t.sum()) for t in train(2, 2, steps=3)]
 
 
 def _zero3_init() -> dict[str, Any]:
@@ -190,9 +202,45 @@ def test_zero3_sizes_follow_the_model() -> None:
     assert "sub_group_size" not in own.ds_config(**args, world_size=2)["zero_optimization"]
 
 
-def test_deepspeed_on_one_process() -> None:
-    (sums,) = debug_launcher(_one_process, num_processes=1)
+def test_deepspeed_on_one_process_and_end_training_leaves_no_group() -> None:
+    ((before, during, after, sums),) = debug_launcher(_one_process, num_processes=1)
+    assert (before, during, after) == (False, True, False)
     assert len(sums) == 4
+
+
+def _fp16_inside() -> None:
+    from notebook_accel.accelerator import Accelerator
+
+    Accelerator(mixed_precision="fp16", deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+
+
+def test_fp16_with_deepspeed_on_cpu_is_refused_naming_mixed_precision(tmp_path: Path) -> None:
+    from notebook_accel import notebook_launcher
+
+    ran = tmp_path / "ran"
+
+    def never() -> None:
+        ran.touch()
+
+    # From the launcher's options: in the notebook, before any process starts.
+    with pytest.raises(ConfigError, match=r"mixed_precision.*'no' or 'bf16' with DeepSpeed"):
+        notebook_launcher(
+            never, num_processes=2, hardware="cpu", mixed_precision="fp16", deepspeed=2
+        )
+    assert not ran.exists()
+    # From inside the function: at Accelerator(...), re-raised in the cell.
+    from notebook_accel.errors import WorkerError
+
+    with pytest.raises(WorkerError, match=r"ConfigError: mixed_precision='fp16'.*DeepSpeed on CPU"):
+        debug_launcher(_fp16_inside, num_processes=1)
+
+
+def test_fp16_under_an_engine_has_no_grad_scaler_of_ours() -> None:
+    from notebook_accel.precision import make_precision
+
+    # DeepSpeed's fp16 config scales the loss; a GradScaler of ours would sit unused.
+    engine = make_precision("fp16", "cuda", loss_scaler=False)
+    assert engine.scaler is None and engine.dtype == torch.float16
 
 
 def test_bad_plugin_values_are_refused() -> None:

@@ -174,3 +174,7 @@ class Strategy:
         if (rank, size) == (self.state.rank, self.state.world_size):
             return self.state
         return dataclasses.replace(self.state, rank=rank, world_size=size)
+
+    # ---- end ------------------------------------------------------------------------------
+    def end(self) -> None:
+        """Release what the strategy set up for itself (``end_training``); nothing here."""

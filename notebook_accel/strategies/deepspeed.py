@@ -16,6 +16,7 @@ clipping            -> DeepSpeed clips in its step (``gradient_clipping``); the 
                        clip_grad_norm_ returns the engine's global norm
 state dict          -> the whole module (ZeRO-3's partitions gathered: every rank calls)
 checkpoints         -> engine.save_checkpoint / load_checkpoint inside our staging folder
+end                 -> destroys the single-process group __init__ made (end_training)
 """
 
 from __future__ import annotations
@@ -32,13 +33,18 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..checkpoint import Stateful, find
-from ..deepspeed_plugin import DeepSpeedPlugin, hidden_size
+from ..deepspeed_plugin import DeepSpeedPlugin, hidden_size, precisions
 from ..errors import CheckpointError, ConfigError
 from ..precision import AcceleratedOptimizer, Precision
 from ..state import GradientState, ProcessState
 from .base import CheckpointPart, Strategy
 
-__all__ = ["DeepSpeedStrategy", "DeepSpeedOptimizer", "require_deepspeed", "CHECKPOINT_TAG"]
+__all__ = [
+    "DeepSpeedStrategy",
+    "DeepSpeedOptimizer",
+    "require_deepspeed",
+    "CHECKPOINT_TAG",
+]
 
 # accelerate saves DeepSpeed's checkpoint under this tag in the checkpoint folder.
 CHECKPOINT_TAG = "pytorch_model"
@@ -143,6 +149,14 @@ class DeepSpeedStrategy(Strategy):
         split_batches: bool = False,
     ) -> None:
         require_deepspeed()
+        if mixed_precision not in precisions(state.device.type):
+            raise ConfigError(
+                "mixed_precision",
+                mixed_precision,
+                " or ".join(map(repr, precisions(state.device.type)))
+                + f" with DeepSpeed on {state.device.type.upper()}",
+                "DeepSpeed's CPU accelerator has no fp16; use bf16.",
+            )
         super().__init__(state)
         self.created_group = False
         if not torch.distributed.is_initialized():
@@ -335,3 +349,18 @@ class DeepSpeedStrategy(Strategy):
             optimizer=[o for o in objects.optimizer if not isinstance(o, DeepSpeedOptimizer)],
         )
         return rest, DeepSpeedPart(self.engine)
+
+    # ---- end --------------------------------------------------------------------------------
+    def end(self) -> None:
+        """Destroy the group of one made for DeepSpeed alone (a later Accelerator, or a
+        plain torch.distributed job in the same process, starts clean)."""
+        if self.created_group or self.state.created_group:  # the group goes away now
+            from deepspeed.utils import groups
+
+            # DeepSpeed caches a clone of the world group for its collectives (groups.py,
+            # _clone_world_group) and never drops it: the next engine would use the
+            # destroyed group ("Group ... is not registered").
+            groups._WORLD_GROUP = None
+        if self.created_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        self.created_group = False

@@ -352,6 +352,8 @@ def coerce_option(value: object) -> dict[str, Any] | None:
         fields = {"zero_stage": value}
     elif isinstance(value, DeepSpeedPlugin):
         fields = {k: getattr(value, k) for k in _FIELDS if getattr(value, k) is not None}
+        if fields.get("zero3_init_flag") == (value.zero_stage == 3):
+            del fields["zero3_init_flag"]  # the default the plugin resolved: not the user's
     elif isinstance(value, dict) and all(k in _FIELDS for k in value):
         fields = dict(value)
     else:

@@ -37,6 +37,7 @@ __all__ = [
     "coerce_option",
     "hidden_size",
     "precisions",
+    "TransformersView",
 ]
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -224,6 +225,21 @@ class DeepSpeedPlugin:
         Raises:
             ConfigError: the plugin is not an Accelerator's yet.
         """
+        config = self.init_config()
+        import deepspeed
+        import torch._dynamo  # noqa: F401
+
+        # zero.Init swaps torch.Tensor.__new__ while open; torch._dynamo checks that
+        # signature when first imported (an optimizer's first use imports it) and fails.
+        return deepspeed.zero.Init(config_dict_or_path=config)
+
+    def init_config(self) -> dict[str, Any]:
+        """The config ``deepspeed.zero.Init`` gets: this plugin's, with the Accelerator's
+        settings, sizes at DeepSpeed's defaults (no model yet).
+
+        Raises:
+            ConfigError: the plugin is not an Accelerator's yet.
+        """
         if self._settings is None:
             raise ConfigError(
                 "deepspeed_plugin",
@@ -231,16 +247,11 @@ class DeepSpeedPlugin:
                 "Accelerator(deepspeed_plugin=plugin) before building the model in "
                 "zero3_init_context_manager(enable=True)",
             )
-        import deepspeed
-        import torch._dynamo  # noqa: F401
-
-        # zero.Init swaps torch.Tensor.__new__ while open; torch._dynamo checks that
-        # signature when first imported (an optimizer's first use imports it) and fails.
         config = self.ds_config(**self._settings)
         # zero.Init reads its config before DeepSpeed's own view of the process group exists
         # (a world of 1 there): a train_batch_size for the job's world would not add up.
         del config["train_batch_size"]
-        return deepspeed.zero.Init(config_dict_or_path=config)
+        return config
 
     @property
     def accumulation_steps(self) -> int | None:
@@ -293,6 +304,30 @@ class DeepSpeedPlugin:
         cfg.setdefault("zero_allow_untested_optimizer", True)
         cfg.setdefault("steps_per_print", 1 << 62)  # no progress lines of its own
         return _no_auto(cfg)
+
+
+class TransformersView:
+    """What transformers asks of the DeepSpeed config it is told about (``is_zero3()``,
+    ``config``), answered live from a plugin: while ``zero3_init_flag`` is on (at stage 3),
+    transformers' ``from_pretrained``/``from_config`` build the model partitioned, as under
+    accelerate; ``zero3_init_context_manager(enable=False)`` turns that off in its block.
+
+    Example:
+        >>> TransformersView(DeepSpeedPlugin(zero_stage=3)).is_zero3()
+        True
+    """
+
+    def __init__(self, plugin: DeepSpeedPlugin) -> None:
+        self.plugin = plugin
+
+    def is_zero3(self) -> bool:
+        """Whether transformers should build models partitioned now."""
+        return self.plugin.zero_stage == 3 and self.plugin.is_zero3_init_enabled()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The config transformers opens ``deepspeed.zero.Init`` with."""
+        return self.plugin.init_config()
 
 
 _FIELDS = (

@@ -179,6 +179,48 @@ def test_zero3_init_context_builds_the_model_partitioned() -> None:
         assert rank["whole"] == [(False, 2048), (False, 32)]
 
 
+def _from_pretrained(path: str) -> dict[str, Any]:
+    from transformers import LlamaForCausalLM
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3))
+    model = LlamaForCausalLM.from_pretrained(path)  # zero3_init_flag: on at stage 3
+    partitioned = all(hasattr(p, "ds_numel") and p.numel() == 0 for p in model.parameters())
+    with acc.state.deepspeed_plugin.zero3_init_context_manager(enable=False):
+        whole = LlamaForCausalLM.from_pretrained(path)
+    model, _ = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    state = acc.get_state_dict(model)  # gathered: the weights were loaded into partitions
+    acc.end_training()
+    return {
+        "partitioned": partitioned,
+        "whole": not any(hasattr(p, "ds_id") for p in whole.parameters()),
+        "state": state,
+        "after_end": is_deepspeed_zero3_enabled(),
+    }
+
+
+def test_transformers_builds_partitioned_while_the_flag_is_on(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+    )
+    torch.manual_seed(0)
+    saved = transformers.LlamaForCausalLM(config)
+    saved.save_pretrained(tmp_path)
+    results = debug_launcher(_from_pretrained, (str(tmp_path),), num_processes=2)
+    for rank in results:
+        assert rank["partitioned"] and rank["whole"] and not rank["after_end"]
+    torch.testing.assert_close(results[0]["state"], saved.state_dict())
+
+
 def test_zero3_init_flag_follows_accelerate() -> None:
     assert DeepSpeedPlugin(zero_stage=3).zero3_init_flag is True
     assert DeepSpeedPlugin(zero_stage=2).zero3_init_flag is False

@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..checkpoint import Stateful, find
-from ..deepspeed_plugin import DeepSpeedPlugin, hidden_size, precisions
+from ..deepspeed_plugin import DeepSpeedPlugin, TransformersView, hidden_size, precisions
 from ..errors import CheckpointError, ConfigError
 from ..precision import AcceleratedOptimizer, Precision
 from ..state import GradientState, ProcessState
@@ -180,6 +180,14 @@ class DeepSpeedStrategy(Strategy):
             "micro_batch_size": None,
             "world_size": state.world_size,
         }
+        self._transformers_view: TransformersView | None = None
+        if plugin.zero_stage == 3 and importlib.util.find_spec("transformers") is not None:
+            from transformers.integrations import set_hf_deepspeed_config
+
+            # As accelerate does: transformers builds its models partitioned while the
+            # plugin's zero3_init_flag is on. It keeps a weak reference: we hold the view.
+            self._transformers_view = TransformersView(plugin)
+            set_hf_deepspeed_config(self._transformers_view)
         self.plugin = plugin
         self.gradient_state = gradient_state
         self.mixed_precision = mixed_precision
@@ -364,3 +372,8 @@ class DeepSpeedStrategy(Strategy):
         if self.created_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
         self.created_group = False
+        if self._transformers_view is not None:
+            from transformers.integrations import unset_hf_deepspeed_config
+
+            unset_hf_deepspeed_config()
+            self._transformers_view = None

@@ -26,8 +26,8 @@ step times are noisy by +-30% between runs), 1 round of 4 timed steps unless sai
     FSDP (ours)                618    0.40x      3574
     ZeRO-2 (ours)             1259    0.82x      2066     0.79x   (2 rounds, interleaved)
     ZeRO-2 (accelerate)       1344    0.88x      2613
-    ZeRO-3 (ours)              860    0.56x      2296     1.20x   (2 rounds, interleaved;
-    ZeRO-3 (accelerate)       2410    1.58x      1909              1 round: 1721 vs 2579, 0.67x)
+    ZeRO-3 (ours)              856    0.56x      2588     1.02x   (3 rounds, interleaved;
+    ZeRO-3 (accelerate)       2354    1.54x      2543              others: 1.20x, 0.67x)
     ZeRO-3 whole (ours)        860    0.56x      2665     0.91x
     ZeRO-3 whole (acc.)       2239    1.47x      2929
     TP=2 (ours)                739    0.48x       598     1.46x

@@ -30,8 +30,8 @@ step times are noisy by +-30% between runs), 1 round of 4 timed steps unless sai
     ZeRO-3 (accelerate)       2354    1.54x      2543              others: 1.20x, 0.67x)
     ZeRO-3 whole (ours)        860    0.56x      2665     0.91x
     ZeRO-3 whole (acc.)       2239    1.47x      2929
-    TP=2 (ours)                739    0.48x       598     1.46x
-    TP=2 (raw torch)           944    0.62x       409
+    TP=2 (ours)                738    0.48x       447     0.92x   (2 rounds, interleaved;
+    TP=2 (raw torch)          1007    0.66x       488              1 round: 598 vs 409)
 
 Before (same machine, 1 round): DDP 1496 MiB / 801 ms; ZeRO-2 ours 1365 MiB / 2349 ms vs
 accelerate 1343 / 2497; ZeRO-3 ours 2403 MiB / 2631 ms vs accelerate 2337 / 2428 (both built

@@ -51,10 +51,10 @@ _HIDDEN_SIZED = {
     "stage3_prefetch_bucket_size": lambda h: int(0.9 * h * h),
     "stage3_param_persistence_threshold": lambda h: 10 * h,
 }
-# Ours besides (accelerate leaves them to DeepSpeed): DeepSpeed's defaults (1e9 elements)
-# keep every gathered parameter alive from forward to backward and run Adam over the whole
-# partition at once (temporaries of twice its size), which on CPU cost more than the
-# partitioning saved; one largest layer's worth each bounds both.
+# Ours besides, on CPU only (accelerate leaves them to DeepSpeed, whose defaults are tuned
+# for GPUs): its 1e9 elements keep every gathered parameter alive from forward to backward
+# and run Adam over the whole partition at once (temporaries of twice its size), which on
+# CPU cost more than the partitioning saved; one largest layer's worth each bounds both.
 _OURS_SIZED = {
     "sub_group_size": lambda h: h * h,
     "stage3_max_live_parameters": lambda h: 4 * h * h,
@@ -269,6 +269,7 @@ class DeepSpeedPlugin:
         micro_batch_size: int | None,
         world_size: int,
         hidden_size: int | None = None,
+        device_type: str = "cpu",
     ) -> dict[str, Any]:
         """DeepSpeed's config with every ``"auto"`` (and every missing required key) filled.
 
@@ -281,12 +282,13 @@ class DeepSpeedPlugin:
             hidden_size: the model's hidden size (a transformers model's ``config``) or, for
                 other models, the square root of its largest parameter's size: ZeRO's
                 ``"auto"`` bucket sizes follow it (``None``: DeepSpeed's defaults).
+            device_type: where the job trains; ``sub_group_size``,
+                ``stage3_max_live_parameters`` and ``stage3_max_reuse_distance`` follow the
+                hidden size on CPU only (elsewhere ``"auto"`` there is DeepSpeed's default).
         """
         cfg = copy.deepcopy(self.config)
         zero = cfg.get("zero_optimization", {})
-        for key, rule in (*_HIDDEN_SIZED.items(), *_OURS_SIZED.items()):
-            if zero.get(key) == "auto":
-                zero[key] = _DEEPSPEED_DEFAULTS[key] if hidden_size is None else rule(hidden_size)
+        _fill_sizes(zero, hidden_size, device_type)
         micro = cfg.get("train_micro_batch_size_per_gpu", "auto")
         if micro == "auto":
             micro = micro_batch_size or 1
@@ -340,6 +342,16 @@ _FIELDS = (
     "zero3_save_16bit_model",
     "zero3_init_flag",
 )
+
+
+def _fill_sizes(zero: dict[str, Any], hidden: int | None, device_type: str) -> None:
+    # ZeRO's "auto" sizes: by the hidden size where a rule applies, else DeepSpeed's default.
+    rules = {**_HIDDEN_SIZED, **(_OURS_SIZED if device_type == "cpu" else {})}
+    for key, default in _DEEPSPEED_DEFAULTS.items():
+        if zero.get(key) != "auto":
+            continue
+        rule = rules.get(key)
+        zero[key] = default if hidden is None or rule is None else rule(hidden)
 
 
 def precisions(device_type: str) -> tuple[str, ...]:

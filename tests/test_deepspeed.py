@@ -239,6 +239,10 @@ def test_zero3_sizes_follow_the_model() -> None:
     assert zero["stage3_prefetch_bucket_size"] == int(0.9 * 512 * 512)
     assert zero["stage3_param_persistence_threshold"] == 5120
     assert zero["sub_group_size"] == zero["stage3_max_reuse_distance"] == 512 * 512
+    # On GPUs DeepSpeed's own defaults stay for ours (its tuning is for them).
+    gpu = plugin.ds_config(**args, world_size=2, hidden_size=512, device_type="cuda")
+    assert gpu["zero_optimization"]["reduce_bucket_size"] == 512 * 512
+    assert gpu["zero_optimization"]["sub_group_size"] == 1_000_000_000
     # A config of the user's keeps DeepSpeed's defaults for what it does not say.
     own = DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": 3}})
     assert "sub_group_size" not in own.ds_config(**args, world_size=2)["zero_optimization"]

@@ -179,6 +179,7 @@ class DeepSpeedStrategy(Strategy):
             "mixed_precision": mixed_precision,
             "micro_batch_size": None,
             "world_size": state.world_size,
+            "device_type": state.device.type,
         }
         self._transformers_view: TransformersView | None = None
         if plugin.zero_stage == 3 and importlib.util.find_spec("transformers") is not None:
@@ -253,6 +254,7 @@ class DeepSpeedStrategy(Strategy):
             micro_batch_size=self._micro_batch,
             world_size=self.state.world_size,
             hidden_size=hidden_size(model),
+            device_type=self.state.device.type,
         )
         engine, _, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=config, dist_init_required=False

@@ -39,13 +39,17 @@ import torch.nn.functional as F
 from _measure import Result, peak_since, reset_peak, run_rounds
 
 
-def _build(cfg: dict[str, Any]) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def _model(cfg: dict[str, Any]) -> torch.nn.Module:
     torch.set_num_threads(1)  # 2 processes on a 2-core machine
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = []
     for _ in range(cfg["layers"]):
         layers += [torch.nn.Linear(cfg["width"], cfg["width"]), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers)
+    return torch.nn.Sequential(*layers)
+
+
+def _build(cfg: dict[str, Any]) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = _model(cfg)
     # Created before prepare, as accelerate's users do.
     return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
 

@@ -186,7 +186,10 @@ class Accelerator:
                 "keys not also set by the DistributedDataParallelKwargs handler",
             )
         group_options = self._handler_kwargs(InitProcessGroupKwargs)
-        self.state = ProcessState.from_environment(cpu=cpu, group_options=group_options)
+        self.state = dataclasses.replace(
+            ProcessState.from_environment(cpu=cpu, group_options=group_options),
+            deepspeed_plugin=plugin,
+        )
         self._processes = PartialState.of(self.state)
         # An XLA job's precision (graph cut per step, gradients averaged across device threads)
         # follows the job's backend, whatever device object torch_xla hands out.
@@ -197,6 +200,7 @@ class Accelerator:
             self._handler_kwargs(GradScalerKwargs),
             self._fp8_recipe(),
             self.state.device,
+            loss_scaler=plugin is None,  # DeepSpeed scales fp16 losses itself (its config)
         )
         self.gradient_state = GradientState(accumulation_steps=steps)
         self.device_placement = device_placement
@@ -610,6 +614,7 @@ class Accelerator:
         if self._live is not None:
             self._live.flush()
         self.wait_for_everyone()
+        self._strategy.end()
         if self.state.created_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 

@@ -8,26 +8,67 @@
 
 The config file may be a JSON path or a dict (``hf_ds_config``, as accelerate calls it);
 then ``zero_stage`` and the other fields, where given, override what the file says.
+
+ZeRO-3 (see ``zero3_init_context_manager``): a model built inside the plugin's context is
+partitioned as each layer is made (``deepspeed.zero.Init`` with this plugin's filled config),
+so no rank ever holds the whole model; ``strategies/deepspeed.py`` binds the Accelerator's
+settings to the plugin for that config.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import math
 import os
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["DeepSpeedPlugin", "ZERO_STAGES", "OFFLOAD_DEVICES", "coerce_option"]
+__all__ = [
+    "DeepSpeedPlugin",
+    "ZERO_STAGES",
+    "OFFLOAD_DEVICES",
+    "coerce_option",
+    "hidden_size",
+    "precisions",
+    "TransformersView",
+]
 
 ZERO_STAGES = (0, 1, 2, 3)
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 # DeepSpeed builds these itself from a config section; we take the user's torch optimizer
 # and scheduler instead (as accelerate does without its DummyOptim/DummyScheduler).
 _UNSUPPORTED_SECTIONS = ("optimizer", "scheduler")
+# ZeRO's sizes that accelerate fills from a transformers model's hidden size h when "auto".
+_HIDDEN_SIZED = {
+    "reduce_bucket_size": lambda h: h * h,
+    "stage3_prefetch_bucket_size": lambda h: int(0.9 * h * h),
+    "stage3_param_persistence_threshold": lambda h: 10 * h,
+}
+# Ours besides, on CPU only (accelerate leaves them to DeepSpeed, whose defaults are tuned
+# for GPUs): its 1e9 elements keep every gathered parameter alive from forward to backward
+# and run Adam over the whole partition at once (temporaries of twice its size), which on
+# CPU cost more than the partitioning saved; one largest layer's worth each bounds both.
+_OURS_SIZED = {
+    "sub_group_size": lambda h: h * h,
+    "stage3_max_live_parameters": lambda h: 4 * h * h,
+    "stage3_max_reuse_distance": lambda h: h * h,
+}
+# DeepSpeed's own values, for a config needed before any model exists (zero.Init's).
+_DEEPSPEED_DEFAULTS = {
+    "reduce_bucket_size": 500_000_000,
+    "stage3_prefetch_bucket_size": 50_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+    "sub_group_size": 1_000_000_000,
+    "stage3_max_live_parameters": 1_000_000_000,
+    "stage3_max_reuse_distance": 1_000_000_000,
+}
 
 
 def _read_config(value: Any) -> dict[str, Any]:
@@ -65,6 +106,8 @@ class DeepSpeedPlugin:
         offload_param_device: ``"none"``, ``"cpu"`` or ``"nvme"`` (ZeRO 3).
         zero3_save_16bit_model: accepted for accelerate's signature (``save_model`` always
             gathers the whole state dict).
+        zero3_init_flag: build models partitioned (ZeRO-3 only; ``None``: on at stage 3, as
+            in accelerate); see :meth:`zero3_init_context_manager`.
 
     Raises:
         ConfigError: a field outside its accepted values, or a config with an
@@ -83,7 +126,10 @@ class DeepSpeedPlugin:
     offload_optimizer_device: str | None = None
     offload_param_device: str | None = None
     zero3_save_16bit_model: bool | None = None
+    zero3_init_flag: bool | None = None
     config: dict[str, Any] = field(default_factory=dict, repr=False)
+    # The Accelerator's settings (strategies/deepspeed.py binds them): zero.Init's config.
+    _settings: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.config = _read_config(self.hf_ds_config)
@@ -117,6 +163,95 @@ class DeepSpeedPlugin:
             if isinstance(clip, bool) or not isinstance(clip, int | float) or clip < 0:
                 raise ConfigError("gradient_clipping", clip, "a number >= 0 or None")
             self.config["gradient_clipping"] = float(clip)
+        self._zero3_defaults(zero)
+
+    def _zero3_defaults(self, zero: dict[str, Any]) -> None:
+        if self.zero_stage == 3 and self.hf_ds_config is None:
+            # No config of the user's: ZeRO-3's sizes follow the model (see ds_config).
+            for key in (*_HIDDEN_SIZED, *_OURS_SIZED):
+                zero.setdefault(key, "auto")
+        if self.zero3_init_flag is None:
+            self.zero3_init_flag = self.zero_stage == 3
+        elif self.zero3_init_flag and self.zero_stage != 3:
+            warnings.warn(
+                "DeepSpeedPlugin: zero3_init_flag applies to ZeRO stage 3 only; it is off.",
+                stacklevel=4,  # the user's DeepSpeedPlugin(...)
+            )
+            self.zero3_init_flag = False
+
+    def is_zero3_init_enabled(self) -> bool:
+        """Whether models are built partitioned (``zero3_init_flag``), as in accelerate."""
+        return bool(self.zero3_init_flag)
+
+    @contextlib.contextmanager
+    def zero3_init_context_manager(self, enable: bool = False) -> Iterator[None]:
+        """Build models partitioned (``enable=True``) or whole (``False``) inside the block.
+
+        accelerate's name: its flag steers transformers' ``from_pretrained``. Here
+        ``enable=True`` also partitions any ``torch.nn.Module`` built in the block, layer by
+        layer as it is made (``deepspeed.zero.Init`` with this plugin's config, the
+        Accelerator's precision), so no rank holds the whole model; ``prepare`` takes it as
+        it is. ``enable=False`` builds whole (e.g. a frozen teacher model).
+
+        Raises:
+            ConfigError: ``enable=True`` before ``Accelerator(deepspeed_plugin=plugin)``, or
+                at a ZeRO stage other than 3.
+
+        Example:
+            >>> plugin = accelerator.state.deepspeed_plugin  # doctest: +SKIP
+            >>> with plugin.zero3_init_context_manager(enable=True):  # doctest: +SKIP
+            ...     model = torch.nn.Linear(4096, 4096)  # each rank keeps half of it
+        """
+        old = self.zero3_init_flag
+        self.zero3_init_flag = enable
+        try:
+            if not enable:
+                yield
+                return
+            if self.zero_stage != 3:
+                raise ConfigError(
+                    "zero3_init_context_manager(enable=True)",
+                    f"zero_stage={self.zero_stage}",
+                    "ZeRO stage 3 (only stage 3 partitions parameters)",
+                )
+            with self.zero3_init():
+                yield
+        finally:
+            self.zero3_init_flag = old
+
+    def zero3_init(self) -> contextlib.AbstractContextManager[Any]:
+        """``deepspeed.zero.Init`` with this plugin's config (the Accelerator's precision).
+
+        Raises:
+            ConfigError: the plugin is not an Accelerator's yet.
+        """
+        config = self.init_config()
+        import deepspeed
+        import torch._dynamo  # noqa: F401
+
+        # zero.Init swaps torch.Tensor.__new__ while open; torch._dynamo checks that
+        # signature when first imported (an optimizer's first use imports it) and fails.
+        return deepspeed.zero.Init(config_dict_or_path=config)
+
+    def init_config(self) -> dict[str, Any]:
+        """The config ``deepspeed.zero.Init`` gets: this plugin's, with the Accelerator's
+        settings, sizes at DeepSpeed's defaults (no model yet).
+
+        Raises:
+            ConfigError: the plugin is not an Accelerator's yet.
+        """
+        if self._settings is None:
+            raise ConfigError(
+                "deepspeed_plugin",
+                "not given to an Accelerator yet",
+                "Accelerator(deepspeed_plugin=plugin) before building the model in "
+                "zero3_init_context_manager(enable=True)",
+            )
+        config = self.ds_config(**self._settings)
+        # zero.Init reads its config before DeepSpeed's own view of the process group exists
+        # (a world of 1 there): a train_batch_size for the job's world would not add up.
+        del config["train_batch_size"]
+        return config
 
     @property
     def accumulation_steps(self) -> int | None:
@@ -133,6 +268,8 @@ class DeepSpeedPlugin:
         mixed_precision: str,
         micro_batch_size: int | None,
         world_size: int,
+        hidden_size: int | None = None,
+        device_type: str = "cpu",
     ) -> dict[str, Any]:
         """DeepSpeed's config with every ``"auto"`` (and every missing required key) filled.
 
@@ -142,8 +279,16 @@ class DeepSpeedPlugin:
             micro_batch_size: the per-process batch size of the first prepared loader
                 (``None``: 1, as when no loader was prepared).
             world_size: processes in the job (data-parallel size).
+            hidden_size: the model's hidden size (a transformers model's ``config``) or, for
+                other models, the square root of its largest parameter's size: ZeRO's
+                ``"auto"`` bucket sizes follow it (``None``: DeepSpeed's defaults).
+            device_type: where the job trains; ``sub_group_size``,
+                ``stage3_max_live_parameters`` and ``stage3_max_reuse_distance`` follow the
+                hidden size on CPU only (elsewhere ``"auto"`` there is DeepSpeed's default).
         """
         cfg = copy.deepcopy(self.config)
+        zero = cfg.get("zero_optimization", {})
+        _fill_sizes(zero, hidden_size, device_type)
         micro = cfg.get("train_micro_batch_size_per_gpu", "auto")
         if micro == "auto":
             micro = micro_batch_size or 1
@@ -163,6 +308,30 @@ class DeepSpeedPlugin:
         return _no_auto(cfg)
 
 
+class TransformersView:
+    """What transformers asks of the DeepSpeed config it is told about (``is_zero3()``,
+    ``config``), answered live from a plugin: while ``zero3_init_flag`` is on (at stage 3),
+    transformers' ``from_pretrained``/``from_config`` build the model partitioned, as under
+    accelerate; ``zero3_init_context_manager(enable=False)`` turns that off in its block.
+
+    Example:
+        >>> TransformersView(DeepSpeedPlugin(zero_stage=3)).is_zero3()
+        True
+    """
+
+    def __init__(self, plugin: DeepSpeedPlugin) -> None:
+        self.plugin = plugin
+
+    def is_zero3(self) -> bool:
+        """Whether transformers should build models partitioned now."""
+        return self.plugin.zero_stage == 3 and self.plugin.is_zero3_init_enabled()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The config transformers opens ``deepspeed.zero.Init`` with."""
+        return self.plugin.init_config()
+
+
 _FIELDS = (
     "hf_ds_config",
     "gradient_accumulation_steps",
@@ -171,7 +340,43 @@ _FIELDS = (
     "offload_optimizer_device",
     "offload_param_device",
     "zero3_save_16bit_model",
+    "zero3_init_flag",
 )
+
+
+def _fill_sizes(zero: dict[str, Any], hidden: int | None, device_type: str) -> None:
+    # ZeRO's "auto" sizes: by the hidden size where a rule applies, else DeepSpeed's default.
+    rules = {**_HIDDEN_SIZED, **(_OURS_SIZED if device_type == "cpu" else {})}
+    for key, default in _DEEPSPEED_DEFAULTS.items():
+        if zero.get(key) != "auto":
+            continue
+        rule = rules.get(key)
+        zero[key] = default if hidden is None or rule is None else rule(hidden)
+
+
+def precisions(device_type: str) -> tuple[str, ...]:
+    """The ``mixed_precision`` values DeepSpeed trains with on ``device_type``: its CPU
+    accelerator refuses fp16 ("Type fp16 is not supported on your device").
+
+    Example:
+        >>> precisions("cpu")
+        ('no', 'bf16')
+    """
+    return ("no", "bf16") if device_type == "cpu" else ("no", "fp16", "bf16")
+
+
+def hidden_size(model: Any) -> int:
+    """The size ZeRO's ``"auto"`` buckets follow: a transformers model's ``hidden_size``
+    (the largest of ``hidden_sizes``), else the square root of its largest parameter's size
+    (its whole size: ``ds_numel`` when ZeRO-3 already partitioned it)."""
+    config = getattr(model, "config", None)
+    if isinstance(getattr(config, "hidden_size", None), int):
+        return int(config.hidden_size)  # type: ignore[union-attr]
+    sizes = getattr(config, "hidden_sizes", None)
+    if sizes:
+        return int(max(sizes))
+    largest = max((getattr(p, "ds_numel", p.numel()) for p in model.parameters()), default=1)
+    return max(math.isqrt(int(largest)), 1)
 
 
 def coerce_option(value: object) -> dict[str, Any] | None:
@@ -194,6 +399,8 @@ def coerce_option(value: object) -> dict[str, Any] | None:
         fields = {"zero_stage": value}
     elif isinstance(value, DeepSpeedPlugin):
         fields = {k: getattr(value, k) for k in _FIELDS if getattr(value, k) is not None}
+        if fields.get("zero3_init_flag") == (value.zero_stage == 3):
+            del fields["zero3_init_flag"]  # the default the plugin resolved: not the user's
     elif isinstance(value, dict) and all(k in _FIELDS for k in value):
         fields = dict(value)
     else:

@@ -81,7 +81,7 @@ class Sharder:
         self.state = state
         self.mesh_shape = _mesh_shape(config, state)
         if config.returns_freed_memory(state.device.type):
-            _return_freed_memory()
+            return_freed_memory("FSDP")
         self._mesh: DeviceMesh | None = None
         # id(old Parameter) -> (weak ref to it, its sharded replacement); weak so that the
         # full-size originals are freed as soon as no optimizer refers to them any more.
@@ -153,7 +153,11 @@ class Sharder:
         return count
 
 
-def _return_freed_memory() -> None:
+def return_freed_memory(who: str) -> None:
+    """Serve CPU blocks of 1 MiB and more with mmap (freed at once), with huge pages.
+
+    ``who`` names the caller in the warning given when huge pages could not be turned on.
+    """
     # Every gathered weight and unsharded gradient is then a fresh mmap, faulted in page by
     # page on first touch: with 4 KiB pages that was ~700k page faults per step of the
     # benchmark's model (1.8x the step time of FSDP on glibc's heap). torch's CPU allocator
@@ -168,8 +172,8 @@ def _return_freed_memory() -> None:
         if ours:  # it had no effect: leave the environment (and child processes) as it was
             env.set_var(HUGE_PAGES_VARIABLE, None)
         warnings.warn(
-            "notebook_accel: FSDP on CPU could not turn on huge pages for torch's allocations "
-            "(this process allocated tensors before Accelerator(fsdp=...)), so steps are "
+            f"notebook_accel: {who} on CPU could not turn on huge pages for torch's allocations "
+            "(this process allocated tensors before its Accelerator), so steps are "
             "slower; create the Accelerator before any tensor, or set THP_MEM_ALLOC_ENABLE=1 "
             "before the launch.",
             stacklevel=4,  # the user's Accelerator(...) call

@@ -268,6 +268,17 @@ def resolve(config: LaunchConfig, machine: Machine | None = None) -> Plan:
     if bound and n > bound:
         raise ConfigError("num_processes", n, f"an int in [1, {bound}] on {kind.describe(machine)}")
     _check_precision(config.mixed_precision, kind, machine)
+    if config.deepspeed is not None:
+        from .deepspeed_plugin import precisions  # torch-free
+
+        accepted = precisions(kind.device_type)
+        if config.mixed_precision not in accepted:
+            raise ConfigError(
+                "mixed_precision",
+                config.mixed_precision,
+                " or ".join(map(repr, accepted)) + f" with DeepSpeed on {kind.describe(machine)}",
+                "DeepSpeed's CPU accelerator has no fp16; use bf16.",
+            )
     return Plan(
         hardware=kind.name,
         num_processes=n,

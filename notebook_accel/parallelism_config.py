@@ -3,12 +3,12 @@
     ParallelismConfig(dp_replicate_size=, dp_shard_size=, tp_size=, cp_size=)
         -> check(world_size): the sizes multiply to the job's processes
         -> strategies.select: tp_size > 1 -> TensorParallelStrategy (TP alone, or
-           dp_shard_size x tp_size: TP then FSDP2 on a 2-D mesh);
+           dp_shard_size x tp_size: TP then FSDP2 on a 2-D mesh; with
+           dp_replicate_size > 1: TP then HSDP on a 3-D mesh);
            dp_shard_size > 1 -> FSDP ("hybrid" with dp_replicate_size > 1: the same
            FsdpConfig as fsdp="hybrid" builds); dp_replicate_size alone -> DDP
 
-What is not built yet is refused by name: context parallelism, and TP with replicas
-(dp_replicate_size > 1 together with tp_size > 1).
+What is not built yet is refused by name: context parallelism.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ParallelismConfig:
         return self.dp_replicate_size * self.dp_shard_size * self.tp_size * self.cp_size
 
     def check(self, world_size: int) -> None:
-        """Refuse a mesh the job's size does not fill, and combinations not built yet.
+        """Refuse a mesh the job's size does not fill.
 
         Raises:
             ConfigError: naming the field and what is accepted.
@@ -96,13 +96,6 @@ class ParallelismConfig:
                 self.sizes(),
                 f"sizes whose product is the job's {world_size} processes "
                 f"(these multiply to {self.total_size})",
-            )
-        if self.tp_size > 1 and self.dp_replicate_size > 1:
-            raise ConfigError(
-                "parallelism_config.dp_replicate_size",
-                self.dp_replicate_size,
-                "1 when tp_size > 1: TP with replicas (HSDP x TP) is not built yet; "
-                "TP alone and dp_shard_size x tp_size are",
             )
 
     def sizes(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@
         Fp8Precision     (fp8.py) torchao float8 Linear layers + bf16 autocast; convert_model
       Fp16Precision      autocast(float16) + GradScaler: scaled backward, unscale once per step,
                          a step whose gradients overflowed is skipped and reported
+      EngineFp16Precision  autocast(float16) only: an engine scales the loss (DeepSpeed)
 
 The facade never branches on the precision's name: it asks the object.
 """
@@ -26,6 +27,7 @@ __all__ = [
     "Precision",
     "Bf16Precision",
     "Fp16Precision",
+    "EngineFp16Precision",
     "check_precision",
     "make_precision",
     "AutocastForward",
@@ -214,6 +216,14 @@ class XlaPrecision(Precision):
         return True
 
 
+class EngineFp16Precision(Precision):
+    """float16 autocast without a GradScaler: the training engine scales the loss itself
+    (DeepSpeed's ``fp16`` config: dynamic loss scale, overflowed steps skipped)."""
+
+    name = "fp16"
+    dtype = torch.float16
+
+
 _PRECISIONS: dict[str, type[Precision]] = {
     "no": Precision,
     "fp16": Fp16Precision,
@@ -235,13 +245,15 @@ def make_precision(
     scaler_kwargs: dict[str, Any] | None = None,
     recipe: Any = None,
     device: Any = None,
+    loss_scaler: bool = True,
 ) -> Precision:
     """The precision object for ``name`` (``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``).
 
     ``recipe`` is fp8's :class:`~notebook_accel.fp8.AORecipeKwargs` (or ``None``) and
     ``device`` the process's device, whose float8 support fp8 checks.
 
-    ``scaler_kwargs`` go to fp16's ``torch.amp.GradScaler`` (``GradScalerKwargs``).
+    ``scaler_kwargs`` go to fp16's ``torch.amp.GradScaler`` (``GradScalerKwargs``);
+    ``loss_scaler=False``: fp16 without one (an engine such as DeepSpeed scales the loss).
 
     Raises:
         ConfigError: ``name`` is not one of the accepted values.
@@ -262,6 +274,8 @@ def make_precision(
             )
         return XlaPrecision(device_type, name)
     if name == "fp16":
+        if not loss_scaler:
+            return EngineFp16Precision(device_type)
         return Fp16Precision(device_type, scaler_kwargs)
     if name == "fp8":
         from .fp8 import Fp8Precision  # imports torchao when used: only for fp8

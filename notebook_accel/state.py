@@ -85,6 +85,8 @@ class ProcessState:
         backend: the torch.distributed backend (``"gloo"``, ``"nccl"``, ``"xla"``).
         distributed_type: ``DistributedType.NO`` for a single process.
         created_group: whether this state initialised the default process group.
+        deepspeed_plugin: the Accelerator's DeepSpeedPlugin (accelerate's
+            ``accelerator.state.deepspeed_plugin``), else ``None``.
 
     Example:
         >>> state = ProcessState.from_environment(cpu=True)
@@ -100,6 +102,7 @@ class ProcessState:
     backend: str
     distributed_type: DistributedType
     created_group: bool = False
+    deepspeed_plugin: Any = None
 
     @classmethod
     def from_environment(

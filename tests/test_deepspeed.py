@@ -40,15 +40,25 @@ def make_loader(shuffle: bool = True) -> DataLoader[Any]:
 
 
 def train(
-    stage: int | None, accumulation: int, steps: int = 10, folder: str | None = None
+    stage: int | None,
+    accumulation: int,
+    steps: int = 10,
+    folder: str | None = None,
+    zero_init: bool = False,
 ) -> list[torch.Tensor]:
     """``steps`` optimizer steps; ``stage=None`` is DDP. With ``folder``: save halfway,
-    train on, load, train the second half again: both second halves must match."""
+    train on, load, train the second half again: both second halves must match.
+    ``zero_init``: the model is built partitioned (ZeRO-3's init context)."""
     from notebook_accel.accelerator import Accelerator
 
     plugin = None if stage is None else DeepSpeedPlugin(zero_stage=stage)
     acc = Accelerator(gradient_accumulation_steps=accumulation, deepspeed_plugin=plugin)
-    model = make_model()
+    if zero_init:
+        with acc.state.deepspeed_plugin.zero3_init_context_manager(enable=True):
+            model = make_model()
+        assert all(p.numel() == 0 for p in model.parameters())  # partitioned as built
+    else:
+        model = make_model()
     opt = OPT(model.parameters())
     model, opt, loader = acc.prepare(model, opt, make_loader(shuffle=folder is None))
     torch.manual_seed(0)  # the shuffle's draws, whatever DeepSpeed's setup consumed
@@ -82,14 +92,16 @@ def train(
 
 
 def _stages(accumulation: int) -> dict[str, list[torch.Tensor]]:
-    return {str(s): train(s, accumulation) for s in (None, 1, 2, 3)}
+    results = {str(s): train(s, accumulation) for s in (None, 1, 2, 3)}
+    results["3 built partitioned"] = train(3, accumulation, zero_init=True)
+    return results
 
 
 @pytest.mark.parametrize("accumulation", [1, 2])
 def test_zero_stages_equal_ddp(accumulation: int) -> None:
     results = debug_launcher(_stages, (accumulation,), num_processes=2)
     ddp = results[0]["None"]
-    for stage in ("1", "2", "3"):
+    for stage in ("1", "2", "3", "3 built partitioned"):
         for ours, ref in zip(results[0][stage], ddp, strict=True):
             torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
 
@@ -98,6 +110,7 @@ def _resume_and_export(folder: str) -> dict[str, Any]:
     from notebook_accel.accelerator import Accelerator
 
     out: dict[str, Any] = {}
+    train(3, 2, steps=4, folder=f"{folder}/ckpt3i", zero_init=True)  # asserts the replay
     for stage in (2, 3):
         train(stage, 2, steps=4, folder=f"{folder}/ckpt{stage}")  # asserts the replay
         acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage))
@@ -113,6 +126,7 @@ def test_resume_is_exact_and_save_model_is_a_plain_state_dict(tmp_path: Path) ->
     from safetensors.torch import load_file
 
     results = debug_launcher(_resume_and_export, (str(tmp_path),), num_processes=2)
+    assert (tmp_path / "ckpt3i" / "pytorch_model").is_dir()
     for stage in ("2", "3"):
         ckpt = tmp_path / f"ckpt{stage}"
         assert (ckpt / "pytorch_model").is_dir() and (ckpt / "notebook_accel.json").is_file()
@@ -124,13 +138,153 @@ def test_resume_is_exact_and_save_model_is_a_plain_state_dict(tmp_path: Path) ->
         torch.testing.assert_close(plain.state_dict(), make_model().state_dict())
 
 
-def _one_process() -> list[float]:
-    return [float(t.sum()) for t in train(2, 2, steps=3)]
+def _one_process() -> tuple[bool, bool, bool, list[float]]:
+    from notebook_accel.accelerator import Accelerator
+
+    dist = torch.distributed
+    before = dist.is_initialized()
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+    model = make_model()
+    model, opt = acc.prepare(model, OPT(model.parameters()))
+    acc.backward(F.mse_loss(model(torch.ones(4, 6)), torch.zeros(4, 3)))
+    during = dist.is_initialized()  # DeepSpeed's group of one
+    acc.end_training()
+    after = dist.is_initialized()
+    # A second Accelerator in the same process starts from nothing and trains.
+    return before, during, after, [float(t.sum()) for t in train(2, 2, steps=3)]
 
 
-def test_deepspeed_on_one_process() -> None:
-    (sums,) = debug_launcher(_one_process, num_processes=1)
+def _zero3_init() -> dict[str, Any]:
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3))
+    plugin = acc.state.deepspeed_plugin
+    with plugin.zero3_init_context_manager(enable=True):
+        inside = plugin.is_zero3_init_enabled()
+        model = torch.nn.Linear(64, 32)
+    with plugin.zero3_init_context_manager(enable=False):
+        whole = torch.nn.Linear(64, 32)
+    return {
+        "flag": (plugin.zero3_init_flag, inside),
+        "partitioned": [(p.ds_numel, p.ds_tensor.numel(), p.numel()) for p in model.parameters()],
+        "whole": [(hasattr(p, "ds_numel"), p.numel()) for p in whole.parameters()],
+    }
+
+
+def test_zero3_init_context_builds_the_model_partitioned() -> None:
+    for rank in debug_launcher(_zero3_init, num_processes=2):
+        assert rank["flag"] == (True, True)  # on at stage 3 by default, as in accelerate
+        # Each rank stores half of each parameter; the full tensor is never kept.
+        assert rank["partitioned"] == [(2048, 1024, 0), (32, 16, 0)]
+        assert rank["whole"] == [(False, 2048), (False, 32)]
+
+
+def _from_pretrained(path: str) -> dict[str, Any]:
+    from transformers import LlamaForCausalLM
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    from notebook_accel.accelerator import Accelerator
+
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3))
+    model = LlamaForCausalLM.from_pretrained(path)  # zero3_init_flag: on at stage 3
+    partitioned = all(hasattr(p, "ds_numel") and p.numel() == 0 for p in model.parameters())
+    with acc.state.deepspeed_plugin.zero3_init_context_manager(enable=False):
+        whole = LlamaForCausalLM.from_pretrained(path)
+    model, _ = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    state = acc.get_state_dict(model)  # gathered: the weights were loaded into partitions
+    acc.end_training()
+    return {
+        "partitioned": partitioned,
+        "whole": not any(hasattr(p, "ds_id") for p in whole.parameters()),
+        "state": state,
+        "after_end": is_deepspeed_zero3_enabled(),
+    }
+
+
+def test_transformers_builds_partitioned_while_the_flag_is_on(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+    )
+    torch.manual_seed(0)
+    saved = transformers.LlamaForCausalLM(config)
+    saved.save_pretrained(tmp_path)
+    results = debug_launcher(_from_pretrained, (str(tmp_path),), num_processes=2)
+    for rank in results:
+        assert rank["partitioned"] and rank["whole"] and not rank["after_end"]
+    torch.testing.assert_close(results[0]["state"], saved.state_dict())
+
+
+def test_zero3_init_flag_follows_accelerate() -> None:
+    assert DeepSpeedPlugin(zero_stage=3).zero3_init_flag is True
+    assert DeepSpeedPlugin(zero_stage=2).zero3_init_flag is False
+    with pytest.warns(UserWarning, match="stage 3 only"):
+        assert DeepSpeedPlugin(zero_stage=2, zero3_init_flag=True).zero3_init_flag is False
+    with pytest.raises(ConfigError, match="Accelerator"):
+        with DeepSpeedPlugin(zero_stage=3).zero3_init_context_manager(enable=True):
+            pass
+
+
+def test_zero3_sizes_follow_the_model() -> None:
+    plugin = DeepSpeedPlugin(zero_stage=3)
+    args = {"accumulation_steps": 1, "mixed_precision": "no", "micro_batch_size": 4}
+    zero = plugin.ds_config(**args, world_size=2, hidden_size=512)["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 512 * 512  # accelerate's rules from hidden_size
+    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * 512 * 512)
+    assert zero["stage3_param_persistence_threshold"] == 5120
+    assert zero["sub_group_size"] == zero["stage3_max_reuse_distance"] == 512 * 512
+    # On GPUs DeepSpeed's own defaults stay for ours (its tuning is for them).
+    gpu = plugin.ds_config(**args, world_size=2, hidden_size=512, device_type="cuda")
+    assert gpu["zero_optimization"]["reduce_bucket_size"] == 512 * 512
+    assert gpu["zero_optimization"]["sub_group_size"] == 1_000_000_000
+    # A config of the user's keeps DeepSpeed's defaults for what it does not say.
+    own = DeepSpeedPlugin(hf_ds_config={"zero_optimization": {"stage": 3}})
+    assert "sub_group_size" not in own.ds_config(**args, world_size=2)["zero_optimization"]
+
+
+def test_deepspeed_on_one_process_and_end_training_leaves_no_group() -> None:
+    ((before, during, after, sums),) = debug_launcher(_one_process, num_processes=1)
+    assert (before, during, after) == (False, True, False)
     assert len(sums) == 4
+
+
+def _fp16_inside() -> None:
+    from notebook_accel.accelerator import Accelerator
+
+    Accelerator(mixed_precision="fp16", deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+
+
+def test_fp16_with_deepspeed_on_cpu_is_refused_naming_mixed_precision(tmp_path: Path) -> None:
+    from notebook_accel import notebook_launcher
+
+    ran = tmp_path / "ran"
+
+    def never() -> None:
+        ran.touch()
+
+    # From the launcher's options: in the notebook, before any process starts.
+    with pytest.raises(ConfigError, match=r"mixed_precision.*'no' or 'bf16' with DeepSpeed"):
+        notebook_launcher(
+            never, num_processes=2, hardware="cpu", mixed_precision="fp16", deepspeed=2
+        )
+    assert not ran.exists()
+    # From inside the function: at Accelerator(...), re-raised in the cell.
+    with pytest.raises(ConfigError, match=r"mixed_precision='fp16'.*with DeepSpeed on CPU"):
+        debug_launcher(_fp16_inside, num_processes=1)
+
+
+def test_fp16_under_an_engine_has_no_grad_scaler_of_ours() -> None:
+    from notebook_accel.precision import make_precision
+
+    # DeepSpeed's fp16 config scales the loss; a GradScaler of ours would sit unused.
+    engine = make_precision("fp16", "cuda", loss_scaler=False)
+    assert engine.scaler is None and engine.dtype == torch.float16
 
 
 def test_bad_plugin_values_are_refused() -> None:

@@ -105,8 +105,7 @@ def test_bad_meshes_are_refused() -> None:
         ParallelismConfig(tp_size=2, tp_plan={"0": "diagonal"})
     with pytest.raises(ConfigError, match="parallelism_config"):
         ParallelismConfig(tp_size=3).check(2)
-    with pytest.raises(ConfigError, match="dp_replicate_size"):
-        ParallelismConfig(dp_replicate_size=2, tp_size=2).check(4)
+    ParallelismConfig(dp_replicate_size=2, tp_size=2).check(4)  # TP with replicas: built
 
 
 def _mesh_strategy(replicate: int, shard: int) -> tuple[str, tuple[int, ...], int, int]:
@@ -163,10 +162,14 @@ def test_launch_option_reaches_the_workers_and_is_checked_first() -> None:
         )
 
 
-def _two_d(shard: int, tp: int) -> dict[str, torch.Tensor]:
+def _two_d(shard: int, tp: int, replicate: int = 1) -> dict[str, torch.Tensor]:
     from notebook_accel.accelerator import Accelerator
 
-    mesh = ParallelismConfig(dp_shard_size=shard, tp_size=tp, tp_plan=PLAN) if tp > 1 else None
+    mesh = None
+    if tp > 1:
+        mesh = ParallelismConfig(
+            dp_replicate_size=replicate, dp_shard_size=shard, tp_size=tp, tp_plan=PLAN
+        )
     # Global batches of 8 cut across the data-parallel ranks: one process takes all 8.
     acc = Accelerator(parallelism_config=mesh, split_batches=True)
     model = make_model()
@@ -184,6 +187,15 @@ def _two_d(shard: int, tp: int) -> dict[str, torch.Tensor]:
 def test_dp_shard2_x_tp2_on_four_processes_equals_one_process() -> None:
     (one,) = debug_launcher(_two_d, (1, 1), num_processes=1)
     results = debug_launcher(_two_d, (2, 2), num_processes=4)
+    for key, ref in one.items():
+        torch.testing.assert_close(results[0][key], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_dp_replicate2_x_tp2_on_four_processes_equals_one_process() -> None:
+    # TP slices replicated across 2 data-parallel ranks (HSDP with shards of 1: gradients
+    # all-reduced over the replicas), each replica reading half of every global batch.
+    (one,) = debug_launcher(_two_d, (1, 1), num_processes=1)
+    results = debug_launcher(_two_d, (1, 2, 2), num_processes=4)
     for key, ref in one.items():
         torch.testing.assert_close(results[0][key], ref, atol=1e-5, rtol=1e-5)
 

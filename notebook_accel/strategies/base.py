@@ -9,6 +9,7 @@
     get_state_dict / save_model     -> strategy.model_state_dict (whole, on the main process)
     save_state / load_state         -> strategy.checkpoint_parts (what goes through DCP, etc.)
     prepare(loader)                 -> strategy.data_parallel_rank / data_parallel_size
+    Accelerator.end_training        -> strategy.end (what the strategy set up for itself)
 
 A strategy owns what is specific to one way of spreading a model over processes; the
 Accelerator keeps the prepared objects, the precision and the accumulation counters.
@@ -174,3 +175,7 @@ class Strategy:
         if (rank, size) == (self.state.rank, self.state.world_size):
             return self.state
         return dataclasses.replace(self.state, rank=rank, world_size=size)
+
+    # ---- end ------------------------------------------------------------------------------
+    def end(self) -> None:
+        """Release what the strategy set up for itself (``end_training``); nothing here."""

@@ -1,9 +1,14 @@
 """DeepSpeed's ZeRO (stages 0-3) as a strategy; the ``deepspeed`` package is an optional extra.
 
 prepare(model, optimizer, loader) in one call (as accelerate requires):
+    __init__            -> imports deepspeed (as accelerate's state does), binds the Accelerator's
+                       settings to the plugin (its ZeRO-3 init context's config); on CPU,
+                       glibc returns freed blocks (fsdp.return_freed_memory)
     begin_prepare   -> remembers the call's optimizers and the loader's batch size
     prepare_model   -> deepspeed.initialize(model, the user's torch optimizer,
-                       plugin.ds_config(...) with "auto" filled) -> DeepSpeedEngine
+                       plugin.ds_config(...) with "auto" filled, ZeRO's sizes from the
+                       model's hidden size) -> DeepSpeedEngine (a model built in the
+                       plugin's zero3_init_context_manager arrives partitioned)
     wrap_optimizer  -> DeepSpeedOptimizer: step/zero_grad are the engine's (no-ops here)
 backward(loss)      -> engine.backward (DeepSpeed divides by the accumulation steps),
                        then engine.step, told where the accumulation boundary is
@@ -11,6 +16,7 @@ clipping            -> DeepSpeed clips in its step (``gradient_clipping``); the 
                        clip_grad_norm_ returns the engine's global norm
 state dict          -> the whole module (ZeRO-3's partitions gathered: every rank calls)
 checkpoints         -> engine.save_checkpoint / load_checkpoint inside our staging folder
+end                 -> destroys the single-process group __init__ made (end_training)
 """
 
 from __future__ import annotations
@@ -27,13 +33,18 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..checkpoint import Stateful, find
-from ..deepspeed_plugin import DeepSpeedPlugin
+from ..deepspeed_plugin import DeepSpeedPlugin, TransformersView, hidden_size, precisions
 from ..errors import CheckpointError, ConfigError
 from ..precision import AcceleratedOptimizer, Precision
 from ..state import GradientState, ProcessState
 from .base import CheckpointPart, Strategy
 
-__all__ = ["DeepSpeedStrategy", "DeepSpeedOptimizer", "require_deepspeed", "CHECKPOINT_TAG"]
+__all__ = [
+    "DeepSpeedStrategy",
+    "DeepSpeedOptimizer",
+    "require_deepspeed",
+    "CHECKPOINT_TAG",
+]
 
 # accelerate saves DeepSpeed's checkpoint under this tag in the checkpoint folder.
 CHECKPOINT_TAG = "pytorch_model"
@@ -138,13 +149,46 @@ class DeepSpeedStrategy(Strategy):
         split_batches: bool = False,
     ) -> None:
         require_deepspeed()
+        if mixed_precision not in precisions(state.device.type):
+            raise ConfigError(
+                "mixed_precision",
+                mixed_precision,
+                " or ".join(map(repr, precisions(state.device.type)))
+                + f" with DeepSpeed on {state.device.type.upper()}",
+                "DeepSpeed's CPU accelerator has no fp16; use bf16.",
+            )
         super().__init__(state)
+        self.created_group = False
         if not torch.distributed.is_initialized():
             # DeepSpeed needs a process group even alone (accelerate runs it on one process):
             # a group of one over an in-memory store, nothing to rendezvous with.
             torch.distributed.init_process_group(
                 state.backend, store=torch.distributed.HashStore(), rank=0, world_size=1
             )
+            self.created_group = True
+        if state.device.type == "cpu":
+            from ..fsdp import return_freed_memory
+
+            # ZeRO frees gathered layers and its buckets each step: on glibc's heap they
+            # stayed resident (ZeRO-3's peak grew step after step on the benchmark's model).
+            return_freed_memory("DeepSpeed")
+        import deepspeed  # noqa: F401  (after: it may allocate; part of setup, as in accelerate)
+
+        plugin._settings = {
+            "accumulation_steps": gradient_state.accumulation_steps,
+            "mixed_precision": mixed_precision,
+            "micro_batch_size": None,
+            "world_size": state.world_size,
+            "device_type": state.device.type,
+        }
+        self._transformers_view: TransformersView | None = None
+        if plugin.zero_stage == 3 and importlib.util.find_spec("transformers") is not None:
+            from transformers.integrations import set_hf_deepspeed_config
+
+            # As accelerate does: transformers builds its models partitioned while the
+            # plugin's zero3_init_flag is on. It keeps a weak reference: we hold the view.
+            self._transformers_view = TransformersView(plugin)
+            set_hf_deepspeed_config(self._transformers_view)
         self.plugin = plugin
         self.gradient_state = gradient_state
         self.mixed_precision = mixed_precision
@@ -209,6 +253,8 @@ class DeepSpeedStrategy(Strategy):
             mixed_precision=self.mixed_precision,
             micro_batch_size=self._micro_batch,
             world_size=self.state.world_size,
+            hidden_size=hidden_size(model),
+            device_type=self.state.device.type,
         )
         engine, _, _, _ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=config, dist_init_required=False
@@ -313,3 +359,23 @@ class DeepSpeedStrategy(Strategy):
             optimizer=[o for o in objects.optimizer if not isinstance(o, DeepSpeedOptimizer)],
         )
         return rest, DeepSpeedPart(self.engine)
+
+    # ---- end --------------------------------------------------------------------------------
+    def end(self) -> None:
+        """Destroy the group of one made for DeepSpeed alone (a later Accelerator, or a
+        plain torch.distributed job in the same process, starts clean)."""
+        if self.created_group or self.state.created_group:  # the group goes away now
+            from deepspeed.utils import groups
+
+            # DeepSpeed caches a clone of the world group for its collectives (groups.py,
+            # _clone_world_group) and never drops it: the next engine would use the
+            # destroyed group ("Group ... is not registered").
+            groups._WORLD_GROUP = None
+        if self.created_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        self.created_group = False
+        if self._transformers_view is not None:
+            from transformers.integrations import unset_hf_deepspeed_config
+
+            unset_hf_deepspeed_config()
+            self._transformers_view = None

@@ -1,11 +1,16 @@
-"""Tensor parallelism (torch's ``parallelize_module``), alone or with FSDP2 on a 2-D mesh.
+"""Tensor parallelism (torch's ``parallelize_module``), alone or with FSDP2 on a 2-D mesh,
+or with HSDP (replicas of FSDP2 shards) on a 3-D mesh.
 
 prepare(model)      -> rank 0's weights broadcast, then parallelize_module with the plan:
                        ParallelismConfig.tp_plan, else ``model.tp_plan``, else a
                        transformers model's ``config.base_model_tp_plan`` (applied to
                        ``model.base_model``); "colwise"/"rowwise" -> Colwise/RowwiseParallel
 prepare(optimizer)  -> re-pointed at the DTensor parameters (matched by name)
-data                -> every TP rank reads the same batches (data-parallel size 1)
+                       then fully_shard over the data-parallel dimensions, if any
+                       ("dp_shard", or ("dp_replicate", "dp_shard"): HSDP; a shard size of
+                       1 there is plain replication, gradients all-reduced)
+data                -> every TP rank reads the same batches (split by the data-parallel
+                       rank only)
 clipping            -> the DTensor norm made global, then clipped
 state dict          -> whole tensors (``full_tensor``) on every rank
 checkpoints         -> models and optimizers through DCP (any mesh can load them)
@@ -87,15 +92,23 @@ class TensorParallelStrategy(Strategy):
 
     @property
     def mesh(self) -> DeviceMesh:
-        """The ``("dp_shard", "tp")`` mesh (built on first use: every rank); ranks that
-        differ only in their TP coordinate are neighbours, so a TP group is contiguous."""
+        """The ``("dp_shard", "tp")`` mesh, ``("dp_replicate", "dp_shard", "tp")`` with
+        replicas (built on first use: every rank); ranks that differ only in their TP
+        coordinate are neighbours, so a TP group is contiguous."""
         if self._mesh is None:
-            self._mesh = init_device_mesh(
-                self.state.device.type,
-                (self.config.dp_shard_size, self.config.tp_size),
-                mesh_dim_names=("dp_shard", "tp"),
-            )
+            config = self.config
+            shape: tuple[int, ...] = (config.dp_shard_size, config.tp_size)
+            names: tuple[str, ...] = ("dp_shard", "tp")
+            if config.dp_replicate_size > 1:
+                shape, names = (config.dp_replicate_size, *shape), ("dp_replicate", *names)
+            self._mesh = init_device_mesh(self.state.device.type, shape, mesh_dim_names=names)
         return self._mesh
+
+    @property
+    def _dp_mesh(self) -> DeviceMesh:
+        if self.config.dp_replicate_size > 1:
+            return self.mesh["dp_replicate", "dp_shard"]
+        return self.mesh["dp_shard"]
 
     def is_prepared(self, model: torch.nn.Module) -> bool:
         """Whether some parameter of ``model`` is already a DTensor."""
@@ -133,11 +146,12 @@ class TensorParallelStrategy(Strategy):
             for tensor in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(tensor.data, src=0)
         parallelize_module(root, self.mesh["tp"], styles)
-        if self.config.dp_shard_size > 1:
-            # 2-D: the TP slices are then sharded across the data-parallel dimension (FSDP2).
+        if self.data_parallel_size > 1:
+            # The TP slices are then sharded across the data-parallel dimension (FSDP2), or
+            # with replicas, sharded within and replicated across them (HSDP).
             from torch.distributed.fsdp import fully_shard
 
-            fully_shard(model, mesh=self.mesh["dp_shard"])
+            fully_shard(model, mesh=self._dp_mesh)
         new = dict(model.named_parameters())
         for name, ref in old.items():
             param = ref()
@@ -160,7 +174,7 @@ class TensorParallelStrategy(Strategy):
 
     def model_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
         """Whole tensors on every rank (each DTensor gathered: every rank calls)."""
-        if self.config.dp_shard_size > 1:
+        if self.data_parallel_size > 1:
             full = fsdp_.full_state_dict(model)  # gathered over both dimensions, on rank 0
             return full if self.state.is_main_process else {}
         return {
@@ -182,8 +196,9 @@ class TensorParallelStrategy(Strategy):
 
     @property
     def data_parallel_size(self) -> int:
-        """``dp_shard_size``: the data is split across data-parallel ranks only."""
-        return self.config.dp_shard_size
+        """``dp_replicate_size x dp_shard_size``: the data is split across data-parallel
+        ranks only."""
+        return self.config.dp_replicate_size * self.config.dp_shard_size
 
     def no_sync(self, model: torch.nn.Module) -> Any:
         """With a data-parallel dimension: FSDP's no-sync (no reduce-scatter)."""

@@ -1,6 +1,6 @@
 """Training on the GPUs through the Accelerator: bf16 and fp16 lower the loss, an fp16 overflow
 is a skipped step that is reported, fp8 where the GPU has float8, FSDP and NCCL collectives
-across two GPUs."""
+across two GPUs, fp16 under DeepSpeed (its loss scaling, no GradScaler of ours)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def _train(epochs: int, fsdp: Any = None) -> dict[str, Any]:
 
     from notebook_accel import Accelerator
 
-    acc = Accelerator(fsdp=fsdp)  # the precision comes from the launch
+    acc = Accelerator(fsdp=fsdp)  # the precision (and DeepSpeed) come from the launch
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU()
@@ -44,6 +44,7 @@ def _train(epochs: int, fsdp: Any = None) -> dict[str, Any]:
         "first": sum(losses[:4]) / 4,
         "last": sum(losses[-4:]) / 4,
         "skipped": acc.optimizer_step_was_skipped,
+        "our_scaler": acc.scaler is not None,
         "full_state": sorted(acc.get_state_dict(model)) if fsdp else [],
     }
 
@@ -57,6 +58,17 @@ def test_mixed_precision_training_lowers_the_loss(precision: str, gpu_count: int
         assert r["out_dtype"] == "torch.float32"  # autocast outputs come back in float32
         assert r["last"] < 0.5 * r["first"], r
         assert not r["skipped"]
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_fp16_scales_its_own_loss(stage: int, gpu_count: int) -> None:
+    pytest.importorskip("deepspeed")
+    results = notebook_launcher(_train, args=(8,), mixed_precision="fp16", deepspeed=stage)
+    assert len(results) == gpu_count
+    for r in results:
+        assert r["precision"] == "fp16" and r["device"].startswith("cuda:")
+        assert not r["our_scaler"]  # DeepSpeed's fp16 config scales the loss
+        assert r["last"] < 0.5 * r["first"], r
 
 
 def _fp16_overflow() -> dict[str, Any]:

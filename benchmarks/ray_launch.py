@@ -16,7 +16,7 @@ Quiet 2-core machine, 2026-11-30 (seconds, medians of 3): ours 5.62 first, 7.98 
 7.54 after 10 s idle; TorchTrainer 29.29, 27.53, 24.19: ratios 0.19, 0.29, 0.31. The first
 launch finds the idle workers Ray started when the driver connected (``import ray`` done);
 later launches boot 4 fresh workers (~3.2 CPU s each: Ray ~1.7, torch ~1.3) on 2 cores, and a
-pause does not help: Ray does not refill its pool for actors. Tasks that import torch in
+pause does not help (measured: no idle workers are waiting for the next actors). Tasks that import torch in
 pooled workers after a launch did not help either (tried: 9.4 s after such a warm-up; the
 actors did not get those processes).
 

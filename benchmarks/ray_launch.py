@@ -16,23 +16,8 @@ Quiet 2-core machine, 2026-11-30 (seconds, medians of 3): ours 5.62 first, 7.98 
 7.54 after 10 s idle; TorchTrainer 29.29, 27.53, 24.19: ratios 0.19, 0.29, 0.31. The first
 launch finds the idle workers Ray started when the driver connected (``import ray`` done);
 later launches boot 4 fresh workers (~3.2 CPU s each: Ray ~1.7, torch ~1.3) on 2 cores, and a
-pause does not help (measured: no idle workers are waiting for the next actors). Tasks that import torch in
-pooled workers after a launch did not help either (tried: 9.4 s after such a warm-up; the
-actors did not get those processes).
-
-    python benchmarks/ray_launch.py        # needs `pip install -e '.[bench]'` (ray[train])
-
-Where our launch's time goes (benchmarks/ray_phases.py prints it phase by phase): on this
-2-core machine it is CPU-bound, ~3.2 CPU s per rank, nearly all in fresh Ray worker processes:
-booting one (``import ray``) ~1.7 CPU s, of which ~1.0 is jsonschema importing rfc3987_syntax
-(a lark grammar built at import; installed with Jupyter's jsonschema[format-nongpl]), torch's
-import ~1.3, Ray's lazy serializers (pydantic, pyarrow) after the first call ~0.25; the
-placement group, rendezvous, payload, process group, function, results and teardown together
-~0.1 s. Dropping the mailbox actor (a fifth worker process; with Ray starting 2 workers at a
-time per node, one rank's process started seconds late) and asking for the actors with the
-placement group rather than after it is ready (~0.7 s) took the launch from 5 processes to 4.
-TorchTrainer starts more processes (its controller and one worker per rank, which also import
-torch) and waits on its own steps.
+pause did not help (measured above). Tasks that import torch in pooled workers after a launch
+did not help either (tried: 9.4 s after such a warm-up; the actors got other processes).
 """
 
 from __future__ import annotations

@@ -60,6 +60,9 @@ _PRELOAD = [
 ]
 _TICK = 0.25  # seconds between checks when nothing arrives
 _DRAIN = 1.0  # seconds to wait for output after a worker ended
+# A collective's error on one rank is often the echo of a peer's death that the parent has not
+# seen yet (a loaded machine); this long it waits for the cause before stopping the others.
+_CAUSE_WAIT = 3.0
 _EXIT_GRACE = 5.0  # seconds a worker that returned its result gets to exit by itself
 
 
@@ -339,10 +342,22 @@ class Engine:
         code = first.process.exitcode
         return WorkerDiedError(first.rank, code if code is not None else -signal.SIGKILL)
 
+    def _awaiting_cause(self) -> bool:
+        """Only collateral failures so far, the first of them under ``_CAUSE_WAIT`` s ago."""
+        failures = [r.failure for r in self.ranks if r.failure is not None]
+        if not failures or any(r.died_at is not None for r in self.ranks):
+            return False
+        if not all(is_collateral(failure) for failure in failures):
+            return False
+        return time.time() - min(failure.time for failure in failures) < _CAUSE_WAIT
+
     def supervise(self, timeout: float | None) -> list[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             problem = self._first_problem()
+            if problem is not None and self._awaiting_cause():
+                self._poll(0.05)
+                continue
             if problem is not None:
                 self.stop(grace=2.0)
                 # A failure seen later may be the consequence of an earlier one elsewhere.

@@ -13,15 +13,27 @@ few times a second). Beside them:
 
 Workloads: ``x.add_(1.0)`` on 16 floats (the cheapest op torch has: its dispatcher alone),
 a ``Linear(32, 32)`` forward on 8 rows, and a tiny training step (that forward, a backward and
-an SGD step). The loops alternate ``REPEATS`` times so drift hits each alike; the median of
-each is printed for the slower rank.
+an SGD step). The loops alternate ``REPEATS`` times so drift hits each alike; the fastest of
+each is printed (as timeit does: slower runs measure the machine's other work), for rank 0,
+the process that logs (``log`` is a no-op on the others, as in accelerate).
+
+Quiet 2-core machine, 2026-11-30 (rank 0, fastest of 9, extra per iteration vs no log):
+
+    workload (us per op)      floor (empty method)   notebook_accel log   accelerate log
+    x.add_ 16 floats (2.55)   +7.6 %  +193 ns        +13.0 %  +331 ns     +111 %  +2829 ns
+    Linear forward  (7.91)    +2.9 %  +225 ns         +6.0 %  +474 ns     +45 %   +3544 ns
+    training step (173)       within noise            +0.5 %  +950 ns     +3.3 %  +5788 ns
+
+The issue's target (<= 3 %) holds for the training step. On the bare ops no ``log`` can meet
+it: building the values dict and one method call cost more than 3 % of a 2.5 us op. Ours adds
+~140-250 ns to that floor: the main-process check, the call count, the latest values, and the
+relay's batching (a few sends a second, each of at most ~256 thinned rows).
 
 Run: ``python benchmarks/log_overhead.py``
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +43,7 @@ from typing import Any
 WORKLOADS = {"x.add_(1.0), 16 floats": 100_000, "Linear(32, 32) forward": 100_000}
 STEP_WORKLOAD = "tiny training step"
 STEP_ITERATIONS = 10_000
-REPEATS = 5
+REPEATS = 9
 
 
 def _workloads() -> dict[str, tuple[Callable[[], Any], int]]:
@@ -110,7 +122,7 @@ def measure(repeats: int) -> dict[str, dict[str, float]]:
                 start = time.perf_counter()
                 loop()
                 times[name].append(time.perf_counter() - start)
-        results[workload] = {name: statistics.median(t) for name, t in times.items()}
+        results[workload] = {name: min(t) for name, t in times.items()}
     return results
 
 
@@ -121,9 +133,9 @@ def main() -> None:
     ranks = debug_launcher(measure, args=(REPEATS,), num_processes=2)
     rows = len(last_metrics())
     iterations = WORKLOADS | {STEP_WORKLOAD: STEP_ITERATIONS}
-    print(f"\nOne log per iteration, 2 processes, median of {REPEATS}, slower rank:")
+    print(f"\nOne log per iteration, 2 processes, rank 0, fastest of {REPEATS}:")
     for workload, n in iterations.items():
-        worst = {name: max(r[workload][name] for r in ranks) for name in ranks[0][workload]}
+        worst = ranks[0][workload]
         base = worst["no log"]
         print(f"{workload} ({n:,} iterations, {base / n * 1e6:.2f} us each without log)")
         for name, seconds in worst.items():

@@ -18,6 +18,18 @@ peak RSS and step time are measured).
 Targets (issue 11): ZeRO-3 and TP=2 <= 0.6x DDP's peak per rank; each ZeRO stage's step time
 <= 1.1x accelerate's at that stage; TP=2 <= 1.1x raw torch's.
 
+Quiet 2-core machine, 2026-11-30, 2 interleaved rounds of 4 timed steps (``--rounds 2``, the
+seven rows below):
+
+    variant               peak MiB   vs DDP   ms/step   vs peer
+    DDP (ours)                1496    1.00x       816
+    ZeRO-2 (ours)             1257    0.84x      1431     1.00x
+    ZeRO-2 (accelerate)       1440    0.96x      1436
+    ZeRO-3 (ours)              857    0.57x      1324     0.76x
+    ZeRO-3 (accelerate)       2374    1.59x      1733
+    TP=2 (ours)                687    0.46x       306     0.86x
+    TP=2 (raw torch)           952    0.64x       355
+
 On the shared 2-core dev machine (load average ~4 from other jobs: memory figures hold,
 step times are noisy by +-30% between runs), 1 round of 4 timed steps unless said:
 
@@ -195,7 +207,8 @@ def main() -> None:
     for name in names:
         ms, mem = statistics.median(step_ms[name]), statistics.median(peak_mib[name])
         peer = statistics.median(step_ms.get(PEER.get(name, ""), nan))
-        print(f"{name:<22}{mem:>19.0f}{mem / ddp_mem:>7.2f}x{ms:>10.0f}{ms / peer:>8.2f}x")
+        versus = "" if name not in PEER else f"{ms / peer:>8.2f}x"  # peers have no peer
+        print(f"{name:<22}{mem:>19.0f}{mem / ddp_mem:>7.2f}x{ms:>10.0f}{versus}")
 
 
 if __name__ == "__main__":

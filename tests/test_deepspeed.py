@@ -20,6 +20,8 @@ from notebook_accel import debug_launcher
 from notebook_accel.deepspeed_plugin import DeepSpeedPlugin
 from notebook_accel.errors import ConfigError
 
+from .tiny_models import tiny_llama_config
+
 pytest.importorskip("deepspeed")
 
 
@@ -203,17 +205,8 @@ def _from_pretrained(path: str) -> dict[str, Any]:
 
 def test_transformers_builds_partitioned_while_the_flag_is_on(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(
-        vocab_size=32,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=16,
-    )
     torch.manual_seed(0)
-    saved = transformers.LlamaForCausalLM(config)
+    saved = transformers.LlamaForCausalLM(tiny_llama_config())
     saved.save_pretrained(tmp_path)
     results = debug_launcher(_from_pretrained, (str(tmp_path),), num_processes=2)
     for rank in results:

@@ -16,6 +16,8 @@ from notebook_accel import debug_launcher
 from notebook_accel.errors import ConfigError
 from notebook_accel.parallelism_config import ParallelismConfig
 
+from .tiny_models import tiny_llama_config
+
 PLAN = {"0": "colwise", "2": "rowwise"}
 
 
@@ -201,22 +203,13 @@ def test_dp_replicate2_x_tp2_on_four_processes_equals_one_process() -> None:
 
 
 def _llama(tp: int) -> list[float]:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from notebook_accel.accelerator import Accelerator
 
     acc = Accelerator(parallelism_config=ParallelismConfig(tp_size=tp) if tp > 1 else None)
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=32,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=16,
-    )
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(tiny_llama_config())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model, opt = acc.prepare(model, opt)  # no tp_plan: the model's base_model_tp_plan
     ids = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(1))

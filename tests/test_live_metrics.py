@@ -62,6 +62,12 @@ def test_the_chart_data_is_what_was_logged() -> None:
     steps, losses = board.series["loss"]
     assert steps == [2 * i for i in range(30)] and losses == [1.0 / (i + 1) for i in range(30)]
     assert board.summary()["loss"] == (1 / 30, 1 / 30) and board.summary()["acc"] == (29 / 30,) * 2
+
+
+def test_the_chart_renders_as_a_png() -> None:
+    pytest.importorskip("matplotlib", reason="the chart needs matplotlib (notebook_accel[charts])")
+    board = Board()
+    board.add(((0, {"loss": 1.0}), (1, {"loss": 0.5})))
     assert render_png(board).startswith(b"\x89PNG")
 
 

@@ -76,16 +76,22 @@ def serving(
 
 
 @contextlib.contextmanager
-def chromium(playwright: Any, profile: Path, height: int = 900) -> Iterator[Any]:
-    """A headless Chromium context (1100 px wide) with a fresh profile; closed at the end."""
-    context = playwright.chromium.launch_persistent_context(
-        str(profile),
-        executable_path=CHROMIUM,
-        headless=True,
-        args=FLAGS,
-        viewport={"width": 1100, "height": height},
-    )
-    try:
-        yield context
-    finally:
-        context.close()
+def chromium_page(profile: Path, height: int = 900) -> Iterator[Any]:
+    """A page of a headless Chromium (1100 px wide, a fresh profile); closed at the end.
+
+    Skips the test without Playwright's Python package; makes the screenshots' folder.
+    """
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs pip install playwright")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1100, "height": height},
+        )
+        try:
+            yield context.new_page()
+        finally:
+            context.close()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from . import kernelspec
-from .browser import ARTIFACTS, CHROMIUM, chromium, free_port, serving
+from .browser import ARTIFACTS, CHROMIUM, chromium_page, free_port, serving
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,13 +52,7 @@ def voila(tmp_path: Path) -> Iterator[str]:
 
 
 def test_panel_in_a_real_browser(voila: str, tmp_path: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs pip install playwright")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with (
-        sync_api.sync_playwright() as playwright,
-        chromium(playwright, tmp_path / "profile") as context,
-    ):
-        page = context.new_page()
+    with chromium_page(tmp_path / "profile") as page:
         try:
             page.goto(voila, timeout=60_000)
             launch = page.locator("button", has_text="Launch")

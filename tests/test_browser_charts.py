@@ -25,7 +25,7 @@ import nbformat
 import pytest
 
 from . import kernelspec
-from .browser import ARTIFACTS, CHROMIUM, chromium, free_port, serving
+from .browser import ARTIFACTS, CHROMIUM, chromium_page, free_port, serving
 
 pytestmark = [
     pytest.mark.slow,
@@ -146,15 +146,9 @@ def _chart_at(page: Any, low: int, high: int) -> bytes:
 
 @pytest.mark.parametrize("ui", ["lab", "notebooks"], ids=["jupyterlab", "notebook7"])
 def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs pip install playwright")
     pytest.importorskip("matplotlib", reason="the chart needs matplotlib")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     url = f"{jupyter}/{'lab/tree' if ui == 'lab' else 'notebooks'}/live.ipynb?token={TOKEN}"
-    with (
-        sync_api.sync_playwright() as playwright,
-        chromium(playwright, tmp_path / "profile") as context,
-    ):
-        page = context.new_page()
+    with chromium_page(tmp_path / "profile") as page:
         try:
             page.goto(url, timeout=90_000)
             cells = page.locator(".jp-Notebook .jp-Cell")
@@ -185,16 +179,10 @@ def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> N
 
 def test_quickstart_lines_sit_under_their_bars(jupyter: str, tmp_path: Path) -> None:
     """JupyterLab showed all five ``[rank 0] epoch N: loss`` lines after all five bars."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs pip install playwright")
     quickstart = nbformat.read(kernelspec.NOTEBOOKS / "01_quickstart.ipynb", as_version=4)
     root = Path(jupyter_root(jupyter))
     nbformat.write(quickstart, root / "quickstart.ipynb")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with (
-        sync_api.sync_playwright() as playwright,
-        chromium(playwright, tmp_path / "profile", height=1400) as context,
-    ):
-        page = context.new_page()
+    with chromium_page(tmp_path / "profile", height=1400) as page:
         try:
             page.goto(f"{jupyter}/lab/tree/quickstart.ipynb?token={TOKEN}", timeout=90_000)
             page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(

@@ -29,6 +29,9 @@ from .handlers import KwargsHandler
 from .precision import Bf16Precision
 from .quiet import quiet_torchao
 
+# Before torchao is first imported, by this module's functions or by the user's code.
+quiet_torchao()
+
 __all__ = ["AORecipeKwargs", "Fp8Precision", "MIN_CAPABILITY", "first_and_last_linear_filter"]
 
 
@@ -70,7 +73,6 @@ class AORecipeKwargs(KwargsHandler):
         """The ``Float8LinearConfig`` to convert with (the given one, or the default)."""
         if self.config is not None:
             return self.config
-        quiet_torchao()
         from torchao.float8 import Float8LinearConfig
 
         gather = self.enable_fsdp_float8_all_gather
@@ -156,7 +158,6 @@ class Fp8Precision(Bf16Precision):
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         stepped = super().step(optimizer)
         if self._gathered_in_float8:
-            quiet_torchao()
             from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
             for model in self._gathered_in_float8:
@@ -165,7 +166,6 @@ class Fp8Precision(Bf16Precision):
 
     def convert_model(self, model: torch.nn.Module, sharded: bool = False) -> torch.nn.Module:
         """Swap the chosen ``nn.Linear`` layers for torchao's ``Float8Linear`` (in place)."""
-        quiet_torchao()
         from torchao.float8 import convert_to_float8_training
         from torchao.float8.float8_linear import Float8Linear
 

@@ -8,7 +8,7 @@ resets it to the current RSS, and ``VmHWM`` in /proc/self/status reads it back, 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from notebook_accel import debug_launcher
@@ -38,7 +38,7 @@ def peak_since(base_kib: int) -> int:
 
 
 def run_rounds(
-    variants: dict[str, Callable[[dict[str, Any]], Result]],
+    variants: Mapping[str, Callable[[dict[str, Any]], Result]],
     names: list[str],
     cfg: dict[str, Any],
     rounds: int,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -131,21 +131,25 @@ VARIANTS: dict[str, Callable[[dict[str, Any]], Result]] = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_mlp_variants(
+    variants: Mapping[str, Callable[[dict[str, Any]], Result]], description: str, steps: int
+) -> tuple[list[str], dict[str, list[float]], dict[str, list[float]]]:
+    """The command line shared with strategies_memory.py: parse it, run the chosen variants
+    over interleaved rounds, print the model line; returns (names, step ms, peak MiB)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=16, help="per process")
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument(
-        "--only", action="append", choices=list(VARIANTS), help="run this variant (repeatable)"
+        "--only", action="append", choices=list(variants), help="run this variant (repeatable)"
     )
     args = parser.parse_args()
     cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "steps": args.steps}
-    names = args.only or list(VARIANTS)
-    step_ms, peak_mib = run_rounds(VARIANTS, names, cfg, args.rounds, args.warmup)
+    names = args.only or list(variants)
+    step_ms, peak_mib = run_rounds(variants, names, cfg, args.rounds, args.warmup)
     params = args.layers * (args.width**2 + args.width)
     print(
         f"\nMLP {args.layers} x Linear({args.width}, {args.width}): {params / 1e6:.1f} M params "
@@ -153,6 +157,11 @@ def main() -> None:
         f"processes (gloo), {args.steps - args.warmup} timed steps x {args.rounds} rounds; "
         f"torch {torch.__version__}"
     )
+    return names, step_ms, peak_mib
+
+
+def main() -> None:
+    names, step_ms, peak_mib = run_mlp_variants(VARIANTS, __doc__.splitlines()[0], steps=8)
     # Ratios need their reference variant; with --only they may be missing (nan).
     ddp_mem = statistics.median(peak_mib.get("DDP (ours)") or [float("nan")])
     acc_ms = statistics.median(step_ms.get("FSDP (accelerate)") or [float("nan")])

@@ -66,15 +66,14 @@ and accelerate).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from _measure import Result, peak_since, reset_peak, run_rounds
-from fsdp_memory import _build, _model, _train, ddp, ours_fsdp
+from _measure import Result, peak_since, reset_peak
+from fsdp_memory import _build, _model, _train, ddp, ours_fsdp, run_mlp_variants
 
 
 def _plan(cfg: dict[str, Any]) -> dict[str, str]:
@@ -180,27 +179,7 @@ PEER = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--layers", type=int, default=16)
-    parser.add_argument("--width", type=int, default=2048)
-    parser.add_argument("--batch", type=int, default=16, help="per process")
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument(
-        "--only", action="append", choices=list(VARIANTS), help="run this variant (repeatable)"
-    )
-    args = parser.parse_args()
-    cfg = {"layers": args.layers, "width": args.width, "batch": args.batch, "steps": args.steps}
-    names = args.only or list(VARIANTS)
-    step_ms, peak_mib = run_rounds(VARIANTS, names, cfg, args.rounds, args.warmup)
-    params = args.layers * (args.width**2 + args.width)
-    print(
-        f"\nMLP {args.layers} x Linear({args.width}, {args.width}): {params / 1e6:.1f} M params "
-        f"({params * 4 / 2**20:.0f} MiB fp32), AdamW, batch {args.batch}/process, 2 CPU "
-        f"processes (gloo), {args.steps - args.warmup} timed steps x {args.rounds} rounds; "
-        f"torch {torch.__version__}"
-    )
+    names, step_ms, peak_mib = run_mlp_variants(VARIANTS, __doc__.splitlines()[0], steps=6)
     nan = [float("nan")]
     ddp_mem = statistics.median(peak_mib.get("DDP (ours)") or nan)
     print(f"{'variant':<22}{'peak RSS/rank MiB':>19}{'vs DDP':>8}{'ms/step':>10}{'vs peer':>9}")

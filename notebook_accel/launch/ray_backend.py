@@ -58,13 +58,14 @@ from .payload import Payload
 from .pickling import Outgoing
 from .transport import Shipment, unpack
 
-__all__ = ["RayBackend", "connect", "describe_cluster"]
+__all__ = ["RayBackend", "connect", "describe_cluster", "keep_warm"]
 
 _TICK = 0.1  # seconds between two looks at the ranks' output and outcomes
 _RELAY = "relay"  # the actors' concurrency group that hands over output while ``run`` is busy
 _TAKE_WAIT = 1.0  # seconds a take waits in the actor for output before answering empty
 _COLLATERAL_GRACE = 10.0  # seconds a communication error waits for its root cause to show
 _READY_NOTE = 30.0  # seconds of waiting for the placement group before saying so
+_KEEP_WARM = 600  # seconds the idle workers started for the next launch outlive Ray's own limit
 
 Outcome = tuple[Any, ...]  # ("ok", Result) | ("failed", Failure) | ("died", error, time)
 
@@ -111,6 +112,62 @@ def describe_cluster(ray: Any) -> str:
     parts = [f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}"]
     parts += [f"{total[k]:g} {k}" for k in ("CPU", "GPU") if total.get(k)]
     return "Ray cluster: " + ", ".join(parts)
+
+
+def keep_warm(ray: Any, ranks_per_node: dict[str, int]) -> None:
+    """Have each node start, for the next launch, as many idle workers as it had ranks.
+
+    An actor's process ends with the actor, so without this every launch after the first
+    boots fresh Ray workers (``import ray``, ~1.7 CPU s each) while the ranks wait; the first
+    finds those Ray started when the notebook connected. Each node's raylet is asked directly
+    (its PrestartWorkers call, the one Ray's own pool uses): idle workers of this job, fit for
+    actors, kept ``_KEEP_WARM`` seconds even beyond Ray's idle limit, and ended with the job.
+    They reserve no resources. Best effort, on a thread: an answer that never comes (a raylet
+    that went away, a protocol that changed) leaves the next launch as it would have been.
+    Not under Ray Client, whose notebook cannot reach the raylets, nor for a job with a
+    ``runtime_env`` (its actors' workers are keyed by that environment).
+    """
+    from ray.util.client import ray as client
+
+    context = ray.get_runtime_context()
+    if client.is_connected() or context.runtime_env:
+        return
+    job = bytes.fromhex(context.get_job_id())
+    raylets = {
+        node["NodeID"]: f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"
+        for node in ray.nodes()
+        if node.get("Alive") and node["NodeID"] in ranks_per_node
+    }
+    asks = [(raylets[node], count) for node, count in ranks_per_node.items() if node in raylets]
+    threading.Thread(target=_prestart, args=(job, asks), name="ray-keep-warm", daemon=True).start()
+
+
+def _prestart(job: bytes, asks: list[tuple[str, int]]) -> None:
+    try:
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
+    except ImportError:  # another Ray layout: nothing to keep warm with
+        return
+    common: Any = common_pb2  # generated code: no stubs for mypy
+    protos: Any = node_manager_pb2
+    for address, count in asks:
+        request = protos.PrestartWorkersRequest(
+            language=common.Language.Value("PYTHON"),
+            job_id=job,
+            keep_alive_duration_secs=_KEEP_WARM,
+            num_workers=count,
+        )
+        request.runtime_env_info.serialized_runtime_env = "{}"
+        try:
+            channel = init_grpc_channel(address)
+            try:
+                node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(
+                    request, timeout=5.0
+                )
+            finally:
+                channel.close()
+        except Exception:  # noqa: BLE001 - best effort; the next launch boots its own workers
+            continue
 
 
 # -- inside the cluster: the actors ------------------------------------------------------------
@@ -346,6 +403,7 @@ class RayBackend:
         self._payload: Payload | None = None
         self._payload_ref: Any = None
         self._plan: hardware.Plan | None = None
+        self._ranks_per_node: dict[str, int] = {}  # this attempt's, for keep_warm
 
     # -- Backend ----------------------------------------------------------------------------
     def plan(self) -> hardware.Plan:
@@ -421,6 +479,7 @@ class RayBackend:
                 raise LaunchTimeoutError(timeout)  # type: ignore[arg-type]
 
         n = self._plan.num_processes
+        self._ranks_per_node = {}
         group = placement_group(
             [dict(self.resources) for _ in range(n)], strategy=self.config.placement_strategy
         )
@@ -446,6 +505,8 @@ class RayBackend:
                     ray.kill(actor, no_restart=True)
             with contextlib.suppress(Exception):
                 remove_placement_group(group)
+            with contextlib.suppress(Exception):
+                keep_warm(ray, self._ranks_per_node)  # the next launch's workers, booted now
             for rank in range(n):
                 display.end(rank, "stdout")
                 display.end(rank, "stderr")
@@ -508,6 +569,8 @@ class RayBackend:
         from .network import interface_for
 
         places = self._wait([a.where.remote() for a in actors], check)
+        for node, _ in places:
+            self._ranks_per_node[node] = self._ranks_per_node.get(node, 0) + 1
         order = _rank_order(places)
         master = places[order[0]][1]
         world = len(actors)

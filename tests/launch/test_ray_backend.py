@@ -108,6 +108,32 @@ def test_four_ranks_on_two_nodes_train_to_identical_weights(cluster: Any) -> Non
     assert _all_free()
 
 
+def _process_birth() -> float:
+    """When this process started, in seconds since the machine booted (Linux /proc)."""
+    import os
+
+    with open("/proc/self/stat") as stat:
+        ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _uptime() -> float:
+    with open("/proc/uptime") as uptime:
+        return float(uptime.read().split()[0])
+
+
+def test_a_later_launch_finds_its_workers_started(cluster: Any) -> None:
+    # After a launch, each node starts idle workers for the next one (keep_warm): the ranks
+    # of a launch a moment later run in processes that were started before it was called.
+    # (Every node of the local cluster is this machine, so the clocks agree.)
+    notebook_launcher(_process_birth, num_processes=4, cluster="ray", output="none")
+    time.sleep(3.0)  # a user reading the output
+    called = _uptime()
+    births = notebook_launcher(_process_birth, num_processes=4, cluster="ray", output="none")
+    assert all(birth < called for birth in births), (called, births)
+    assert _all_free()
+
+
 class _Recording(Display):
     def __init__(self) -> None:
         super().__init__(output="all")

@@ -7,17 +7,15 @@ launcher runs it once (first launch), then again ``REPEATS`` times back to back,
 re-running the cell); nothing is kept reserved between launches. Everything runs in this one
 process, one launcher after the other.
 
-Why both kinds of repeat: Ray runs each actor in a fresh worker process and, after a launch,
-starts replacement idle workers for its pool (``import ray``, ~1.7 CPU s each here). Back to
-back, the next launch's actors start while those replacements still take the CPUs. Both
-launchers get the same pauses.
+Why both kinds of repeat: our ranks are Ray tasks, whose worker processes go back to Ray's
+pool and run the next launch's ranks with torch imported. Back to back they are still
+there; after a pause, Ray ends a node's idle workers that have waited over a second once the
+next launch's reservation takes their CPUs, unless their task request is already waiting
+on that node (the driver's own node). Both launchers get the same pauses.
 
-Quiet 2-core machine, 2026-11-30 (seconds, medians of 3): ours 5.62 first, 7.98 back to back,
-7.54 after 10 s idle; TorchTrainer 29.29, 27.53, 24.19: ratios 0.19, 0.29, 0.31. The first
-launch finds the idle workers Ray started when the driver connected (``import ray`` done);
-later launches boot 4 fresh workers (~3.2 CPU s each: Ray ~1.7, torch ~1.3) on 2 cores, and a
-pause did not help (measured above). Tasks that import torch in pooled workers after a launch
-did not help either (tried: 9.4 s after such a warm-up; the actors got other processes).
+Before the ranks were tasks (one actor per rank; quiet, medians of 3): ours 5.62 first,
+7.98 back to back, 7.54 after 10 s idle; TorchTrainer 29.29, 27.53, 24.19: ratios 0.19,
+0.29, 0.31. Each repeated launch booted 4 fresh workers (~3.2 CPU s each on 2 cores).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Where a cluster="ray" launch spends its time, phase by phase (driver and actors).
+"""Where a cluster="ray" launch spends its time, phase by phase (driver and ranks).
 
 Starts the same local 2-node cluster as ray_launch.py and launches the same all-reduce on 4
 ranks a few times, back to back. Per launch it prints, in seconds after notebook_launcher was
-called: for each rank, when its Ray worker process was born (/proc), when the actor's
-``__init__`` began (the worker had booted and imported notebook_accel) and ended (torch
-imported), when ``run`` began, when the function began and when its process group was up;
-the driver's waits (for every actor's ``where``, then the ranks' outcomes); the CPU seconds
-each rank's process had used at those points, and the driver's and Ray daemons' CPU.
+called: for each rank, when its Ray worker process was born (/proc; before the call when Ray
+reused it), when its task began, when the function began and when its process group was up;
+the driver's steps (supervising the ranks, their end, the wait for the group's resources);
+the CPU seconds each rank's process had used at those points, and the driver's and Ray
+daemons' CPU.
 
     python benchmarks/ray_phases.py                         # this version of the backend
     python benchmarks/ray_phases.py ray_backend_old ray_backend
@@ -21,7 +21,9 @@ process group, function, result and teardown ~0.1 s of wall time together. Befor
 (a mailbox actor, placement group awaited first): a fifth worker process to boot per launch,
 which on a node that starts 2 workers at a time made one rank's worker start seconds late
 (every rank waits for the slowest), and ~0.7 s waiting for the group before asking for
-actors. After: 4 processes, all asked for at once.
+actors. After: 4 processes, all asked for at once. Then (2026-12-01) the ranks became Ray
+tasks: a launch after another runs in the same 4 worker processes, torch imported, and
+the boot above is paid by the first launch only.
 """
 
 from __future__ import annotations
@@ -79,20 +81,15 @@ def _actor_cpu() -> dict[str, float]:
         return {k: float(c) for k, _, c in (line.split() for line in f)}
 
 
-def _instrument_actor(ray_backend: Any) -> None:
-    base = ray_backend._RankActor
+def _instrument_rank(ray_backend: Any) -> None:
+    """Stamp when each rank's task begins (the worker process existed and imported Ray)."""
+    base = ray_backend._rank
 
-    class Timed(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any) -> None:
-            _stamp("init>")
-            super().__init__(*args)
-            _stamp("init<")
+    def timed_rank(*args: Any) -> Any:
+        _stamp("task>")
+        yield from base(*args)
 
-        def run(self, *args: Any) -> Any:
-            _stamp("run>")
-            return super().run(*args)
-
-    ray_backend._RankActor = Timed
+    ray_backend._rank = timed_rank  # pickled by value: the stamp travels, base by reference
 
 
 def work() -> dict[str, float]:
@@ -173,7 +170,7 @@ def _show(
     for rank, result in enumerate(results):
         times = "  ".join(
             f"{k} {result[k] - start:5.2f}"
-            for k in ("born", "init>", "init<", "run>", "fn start", "pg init", "all_reduce")
+            for k in ("born", "task>", "fn start", "pg init", "all_reduce")
         )
         cpu_row = "  ".join(f"{k[4:]} {v:4.2f}" for k, v in result.items() if k.startswith("cpu@"))
         print(f"  rank {rank}: {times}   (CPU s at {cpu_row})")
@@ -199,9 +196,9 @@ def main() -> None:
     versions = {}
     for name in names:
         module = importlib.import_module(f"notebook_accel.launch.{name}")
-        for method in ("_wait", "_supervise"):
+        for method in ("_supervise", "_end", "_until_returned"):
             wrap(module.RayBackend, method)
-        _instrument_actor(module)
+        _instrument_rank(module)
         versions[name] = module.RayBackend
     previous: tuple[Any, ...] | None = None
     try:

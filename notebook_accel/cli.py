@@ -5,7 +5,7 @@ notebook-accel launch [options] script.py [script args]
   1 machine:  the notebook launcher's engine runs the script in every worker
               (same rank-prefixed output, same errors); exit code 0, or 1 on failure
   N machines: torch.distributed.run with c10d rendezvous (launch/elastic.py)
-  --cluster ray: the ranks run as Ray actors (launch/ray_backend.py); the script's text travels
+  --cluster ray: the ranks run as Ray tasks (launch/ray_backend.py); the script's text travels
 notebook-accel config [--default]   questions in the terminal -> the config file
 notebook-accel config --reset       delete the config file (built-in defaults again)
 notebook-accel env                  versions and hardware, for bug reports

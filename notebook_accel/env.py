@@ -159,6 +159,14 @@ def install(base: Mapping[str, str], worker: WorkerEnv) -> None:
     os.environ.update(wanted)
 
 
+def restore(saved: Mapping[str, str]) -> None:
+    """Make this process's environment exactly ``saved`` again (a process that outlives a rank)."""
+    for key in list(os.environ):
+        if key not in saved:
+            del os.environ[key]
+    os.environ.update(saved)
+
+
 def _int(name: str) -> int | None:
     value = os.environ.get(name)
     if value is None or value.strip() == "":

@@ -234,7 +234,7 @@ def notebook_launcher(
         cluster: run the ranks on a cluster instead of this machine: ``"ray"`` (the Ray
             cluster this process joined with ``ray.init``, else the one ``RAY_ADDRESS``
             names) or ``"ray://HOST:PORT"`` (Ray Client). ``num_processes`` then counts
-            every rank on the cluster; each rank is a Ray actor.
+            every rank on the cluster; each rank is a Ray task.
         resources_per_worker: on a cluster, what each rank reserves, e.g.
             ``{"CPU": 4, "GPU": 1}`` (default ``{"CPU": 1}``); a GPU makes it a CUDA launch.
         placement_strategy: on a cluster, ``"PACK"`` ranks on as few machines as possible

@@ -1,4 +1,4 @@
-"""The Ray cluster backend: one Ray actor per rank, placed by a placement group.
+"""The Ray cluster backend: one Ray task per rank, each in its bundle of a placement group.
 
     notebook (the Ray driver)                        the cluster
     -------------------------                        -----------
@@ -11,47 +11,58 @@
     each attempt:
       placement group, N bundles of                  N bundles reserved (PACK or SPREAD)
         resources_per_worker
-      N rank actors, bundle i each (asked    ---->   each a Ray worker process; imports torch
-        for at once, not after the group
-        is ready)
-      where() of every rank                  ---->   node id, node IP
-      ranks ordered by node (rank 0's node
-        first); rank 0's actor hosts the     ---->   TCPStore on its node's IP, port from the OS
-        TCPStore
-      run.remote(WorkerEnv, payload ref)     ---->   fds 1/2 -> pipes -> a batch (threads)
-                                                     env.install, unpickle, run the function
-      loop: take() of every running rank     <----   the batch so far (the relay thread)
-              -> display
-            ray.wait(run refs) -> outcomes           (outcome, rest of the batch): large
-            watch (Stop), deadline                   buffers via the object store
-      first failing rank's own exception (outcome.rebuild), WorkerDiedError for a dead actor
-      finally: ray.kill every actor, remove the placement group: nothing stays reserved
+      N rank tasks (_rank), bundle i each,   ---->   each in an idle Ray worker of its node:
+        streaming, asked for with the group          one that ran an earlier launch's rank
+                                                     (torch imported) when Ray kept it
+                                                     bundle 0 hosts the TCPStore on its node,
+                                                     publishes its address (Ray's KV store);
+                                                     every rank writes its node there and
+                                                     works out its rank (rank_envs)
+      loop: the next item of every stream    <----   ("rank", rank, node), then ("output",
+              -> display                             batch) as fds 1/2 and tqdm write, then
+            watch (Stop), deadline                   ("end", outcome, rest): large buffers
+                                                     via the object store
+      first failing rank's own exception (outcome.rebuild), WorkerDiedError for a dead worker
+      finally: cancel (kill) the ranks still running, let the finished ones give their
+        workers back, remove the placement group, wait until Ray sees it free; keep_warm
+        asks the nodes of killed ranks to start idle workers: nothing stays reserved
 
-The actors print into pipes that their own threads read, so the cell shows ``[rank N]`` whole
-lines (display.py) and never Ray's ``(pid=..., ip=...)`` prefixes. An actor has two
-concurrency groups, so ``take`` answers while ``run`` is busy: the function runs on the
-actor's thread for its default group, not on the process's main thread (as in Ray Train).
-There is no separate actor collecting the output: every actor is one more Ray worker process
-to start, and on a small node that start is what a launch waits for (benchmarks/ray_phases.py).
-Every machine of the cluster needs notebook_accel and torch installed, as it needs them for
-Ray Train.
+Why tasks and not actors: an actor's process ends with the actor, so with one actor per
+rank every launch after the first booted fresh Ray workers (``import ray`` then torch, about
+3 CPU s each) while the ranks waited. A task's worker goes back to the node's pool, and the
+next launch's rank runs in it with torch already imported: a launch right after another is
+about a tenth of a second, not seconds (benchmarks/ray_launch.py). The state a worker keeps
+is what any Ray task leaves (imported modules); the rank gives back the environment, fds 1/2
+and Python's streams, and every notebook_accel object is per launch (processes.py). GPU
+ranks are never reused (Ray's rule for GPU tasks: a CUDA context stays with its process).
+Ray itself ends a node's idle workers that have waited over a second when a new reservation
+leaves their CPUs taken; a rank on such a node then starts in a fresh worker.
+
+The ranks print into pipes that their own threads read, so the cell shows ``[rank N]`` whole
+lines (display.py) and never Ray's ``(pid=..., ip=...)`` prefixes. The function runs on a
+thread of its task, not on the process's main thread, which yields the output (as in Ray
+Train, whose functions run on an actor's thread). Every machine of the cluster needs
+notebook_accel and torch installed, as it needs them for Ray Train.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import env, hardware
 from ..config import LaunchConfig
-from ..errors import ConfigError, LaunchError, LaunchTimeoutError, WorkerDiedError
+from ..errors import ConfigError, LaunchTimeoutError, WorkerDiedError
 from .channel import Failure, Health, Metrics, Progress, Result, Sender
 from .display import Display
 from .payload import Payload
@@ -61,8 +72,14 @@ from .transport import Shipment, unpack
 __all__ = ["RayBackend", "connect", "describe_cluster", "keep_warm"]
 
 _TICK = 0.1  # seconds between two looks at the ranks' output and outcomes
-_RELAY = "relay"  # the actors' concurrency group that hands over output while ``run`` is busy
-_TAKE_WAIT = 1.0  # seconds a take waits in the actor for output before answering empty
+_TAKE_WAIT = 1.0  # seconds a rank waits for output before sending an empty batch
+_KV_NAMESPACE = "notebook_accel"  # Ray's key-value store: where rank 0 publishes its port
+_POLL = 0.01  # seconds between two looks at the port (or, for rank 0, at the ranks through)
+_THROUGH = "notebook_accel/through"  # the store's count of ranks done with it
+_PLACE = "notebook_accel/place/"  # the store's key of each bundle's "node IP"
+_STORE_WAIT = datetime.timedelta(minutes=30)  # a rank waits this long for its peers to start
+_RETURN_WAIT = 1.0  # seconds a launch's end waits for Ray to see its resources free again
+_FINISH_WAIT = 5.0  # seconds a finished rank's task may take to give its worker back
 _COLLATERAL_GRACE = 10.0  # seconds a communication error waits for its root cause to show
 _READY_NOTE = 30.0  # seconds of waiting for the placement group before saying so
 _KEEP_WARM = 600  # seconds the idle workers started for the next launch outlive Ray's own limit
@@ -92,7 +109,7 @@ def connect(cluster: str) -> Any:
     # a new private cluster, which is what a bare ray.init() would start.
     address = cluster if cluster.startswith("ray://") else "auto"
     try:
-        # Our actors relay their own output; Ray's copy of it would only add prefixed lines.
+        # Our ranks relay their own output; Ray's copy of it would only add prefixed lines.
         ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError(
@@ -115,17 +132,17 @@ def describe_cluster(ray: Any) -> str:
 
 
 def keep_warm(ray: Any, ranks_per_node: dict[str, int]) -> None:
-    """Have each node start, for the next launch, as many idle workers as it had ranks.
+    """Have each node start, for the next launch, an idle worker per rank whose process ended.
 
-    An actor's process ends with the actor, so without this every launch after the first
-    boots fresh Ray workers (``import ray``, ~1.7 CPU s each) while the ranks wait; the first
-    finds those Ray started when the notebook connected. Each node's raylet is asked directly
-    (its PrestartWorkers call, the one Ray's own pool uses): idle workers of this job, fit for
-    actors, kept ``_KEEP_WARM`` seconds even beyond Ray's idle limit, and ended with the job.
+    A rank stopped, killed with its node, or on a GPU leaves no worker in the pool, so the
+    next launch would boot a fresh Ray worker there (``import ray``, ~1.7 CPU s) while the
+    ranks wait. Each node's raylet is asked directly (its PrestartWorkers call, the one Ray's
+    own pool uses): idle workers of this job, fit for any task, kept ``_KEEP_WARM`` seconds
+    even beyond Ray's idle limit, and ended with the job.
     They reserve no resources. Best effort, on a thread: an answer that never comes (a raylet
     that went away, a protocol that changed) leaves the next launch as it would have been.
     Not under Ray Client, whose notebook cannot reach the raylets, nor for a job with a
-    ``runtime_env`` (its actors' workers are keyed by that environment).
+    ``runtime_env`` (its workers are keyed by that environment).
     """
     from ray.util.client import ray as client
 
@@ -170,17 +187,15 @@ def _prestart(job: bytes, asks: list[tuple[str, int]]) -> None:
             continue
 
 
-# -- inside the cluster: the actors ------------------------------------------------------------
+# -- inside the cluster: the ranks -------------------------------------------------------------
 class _Relay:
-    """In a rank's actor: fds 1 and 2 into pipes, read by threads into one batch.
+    """In a rank's Ray worker: fds 1 and 2 into pipes, read by threads into one batch.
 
     It also stands in for the worker's message pipe (``send_bytes``), so that the worker-side
-    ``tqdm`` (progress.py) reports through the same batch, in order with the lines. The notebook
-    takes the batch (``take``) on the actor's relay thread while ``run`` is busy; what is left
-    at the end travels with the outcome. No mailbox actor: each actor is a Ray worker process
-    to start (seconds of CPU on a small node), and the ranks wait for the slowest to start.
-    A take waits a while for something to send, so a quiet rank costs the notebook about one
-    request a second, not one a tick.
+    ``tqdm`` (progress.py) reports through the same batch, in order with the lines. The rank's
+    task yields each batch to the notebook as it comes (waiting up to ``_TAKE_WAIT`` for one,
+    so a quiet rank sends about one item a second, not one a tick). The worker process outlives
+    the launch (Ray reuses it), so ``finish`` gives it back its own fds and streams.
     """
 
     def __init__(self) -> None:
@@ -189,11 +204,14 @@ class _Relay:
         self._finished = False
         self._batch: list[tuple[str, bytes]] = []
         self._readers: list[threading.Thread] = []
+        self._saved: list[int] = []
+        self._streams = (sys.stdout, sys.stderr)
 
     def start(self) -> None:
         from .worker import line_buffered_stdio
 
         for fd, stream in ((1, "stdout"), (2, "stderr")):
+            self._saved.append(os.dup(fd))
             read_end, write_end = os.pipe()
             os.dup2(write_end, fd)
             os.close(write_end)
@@ -230,16 +248,16 @@ class _Relay:
         return batch
 
     def finish(self) -> list[tuple[str, bytes]]:
-        """Every line written so far: the part the notebook has not taken yet."""
+        """Every line written so far that was not taken; the process's own fds back."""
         from .worker import flush_all
 
         flush_all()
-        # The pipes' write ends are fds 1 and 2 only: pointing those at /dev/null ends the
+        # The pipes' write ends are fds 1 and 2 only: putting the saved fds back ends the
         # readers (unless a process the function started still holds a copy).
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        os.close(null)
+        for fd, saved in zip((1, 2), self._saved, strict=True):
+            os.dup2(saved, fd)
+            os.close(saved)
+        sys.stdout, sys.stderr = self._streams
         for reader in self._readers:
             reader.join(timeout=2.0)
         with self._lock:
@@ -248,58 +266,159 @@ class _Relay:
         return self.take()
 
 
-class _RankActor:
-    """One rank of a launch, in a Ray worker process of its placement group bundle."""
+def _store_address(key: str) -> tuple[str, int]:
+    """Where rank 0 hosts the launch's store (see _rank), once it has published it."""
+    from ray.experimental import internal_kv
 
-    def __init__(self) -> None:
-        self._held = contextlib.ExitStack()
-        self._relay = _Relay()
-        # Every rank imports torch now, all at once, instead of rank 0 importing it to host
-        # the store and then the others to run: one import's time less per launch.
-        import torch.distributed  # noqa: F401
+    while True:
+        found = internal_kv._internal_kv_get(key, namespace=_KV_NAMESPACE)
+        if found is not None:
+            host, port = found.decode().rsplit(":", 1)
+            return host, int(port)
+        time.sleep(_POLL)
 
-    def where(self) -> tuple[str, str]:
-        import ray
 
-        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+def _through(worker: env.WorkerEnv, store: Any, ok: bool) -> None:
+    """Mark the launch's store: this rank is done with it. Rank 0, when ok, waits for all."""
+    store.add(_THROUGH, 1)
+    if worker.rank == 0 and ok:
+        while store.add(_THROUGH, 0) < worker.world_size:
+            time.sleep(_POLL)
 
-    def host_store(self, host: str, world_size: int) -> int:
-        """Rank 0: host this attempt's TCPStore on its node; every rank joins it as a client."""
-        from .rendezvous import hosted_store
 
-        _store, port = self._held.enter_context(hosted_store(host, 0, world_size))
-        return int(port)
+def rank_envs(
+    places: list[tuple[str, str]], port: int, template: env.WorkerEnv
+) -> tuple[list[int], list[env.WorkerEnv]]:
+    """Bundles in rank order, and each rank's variables, from each bundle's (node, IP).
 
-    def take(self) -> list[tuple[str, bytes]]:
-        """The output and progress written since the last take (on the relay thread)."""
-        return self._relay.take(wait=_TAKE_WAIT)
+    Bundle 0's node comes first and each node's ranks are contiguous (_rank_order), so
+    bundle 0 is rank 0, whose node hosts the store.
+    """
+    order = _rank_order(places)
+    nodes: list[str] = []
+    for index in order:
+        if places[index][0] not in nodes:
+            nodes.append(places[index][0])
+    master = places[order[0]][1]
+    envs = []
+    for rank, index in enumerate(order):
+        node = places[index][0]
+        local = [i for i in order if places[i][0] == node]
+        envs.append(
+            dataclasses.replace(
+                template,
+                rank=rank,
+                local_rank=local.index(index),
+                world_size=len(places),
+                local_world_size=len(local),
+                node_rank=nodes.index(node),
+                master_addr=master,
+                master_port=port,
+                loopback=master.startswith("127."),
+            )
+        )
+    return order, envs
 
-    def run(
-        self, worker: env.WorkerEnv, payload: Payload
-    ) -> tuple[Outcome, list[tuple[str, bytes]]]:
-        """Run the function; its outcome and the output the notebook has not taken yet."""
-        from .. import live, progress
-        from .worker import call, finish_distributed
 
-        relay = self._relay
-        relay.start()
-        # The node's environment stays (Ray's CUDA_VISIBLE_DEVICES, paths); the notebook's
-        # does not travel to other machines. The distributed variables are added.
-        env.install(env.snapshot(), worker)
-        sender = Sender(relay)  # type: ignore[arg-type]
-        progress.attach(sender)
-        live.start(sender)  # rank 0's Accelerator.log rows and every rank's health
-        ending = call(payload)  # as a local worker runs it: seed=, sys.exit(0), tracebacks
+def _join(bundle: int, world: int, key: str, held: contextlib.ExitStack) -> tuple[Any, Any]:
+    """This bundle's rank: rank 0 hosts the store, every rank tells it where it runs."""
+    import ray
+    import torch.distributed as dist
+    from ray.experimental import internal_kv
+
+    from .rendezvous import hosted_store
+
+    node, ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+    if bundle == 0:
+        store, port = held.enter_context(hosted_store(ip, 0, world))
+        internal_kv._internal_kv_put(key, f"{ip}:{port}", namespace=_KV_NAMESPACE)
+    else:
+        host, port = _store_address(key)
+        store = dist.TCPStore(host, port, is_master=False, timeout=_STORE_WAIT)
+    store.set(f"{_PLACE}{bundle}", f"{node} {ip}")
+    keys = [f"{_PLACE}{i}" for i in range(world)]
+    store.wait(keys)
+    places = [tuple(store.get(k).decode().split(" ", 1)) for k in keys]
+    return store, (places, port, node)
+
+
+def _run(payload: Payload, relay: _Relay) -> Outcome:
+    """The rank's function, as a local worker runs it (seed=, sys.exit(0), tracebacks)."""
+    from .. import live, progress
+    from .worker import call, finish_distributed
+
+    sender = Sender(relay)  # type: ignore[arg-type]
+    progress.attach(sender)
+    live.start(sender)  # rank 0's Accelerator.log rows and every rank's health
+    try:
+        ending = call(payload)
+    finally:
         progress.detach()
         live.stop()  # the last logged rows go before the outcome
-        outcome: Outcome
-        if isinstance(ending, Failure):
-            outcome = ("failed", ending)
-        else:
-            outcome = ("ok", ending)
-            with contextlib.suppress(Exception):
-                finish_distributed()
-        return outcome, relay.finish()  # every line reaches the notebook before the outcome
+    if isinstance(ending, Failure):
+        return ("failed", ending)
+    with contextlib.suppress(Exception):
+        finish_distributed()
+    return ("ok", ending)
+
+
+def _rank(
+    bundle: int, world: int, template: env.WorkerEnv, payload: Payload, key: str
+) -> Iterator[tuple[Any, ...]]:
+    """One rank of a launch: a Ray task in bundle ``bundle``, streaming what the notebook shows.
+
+    Yields ``("rank", rank, node)`` once the ranks have met, ``("output", batch)`` while the
+    function runs (on a thread of this task), then ``("end", outcome, rest)``. Bundle 0 is
+    rank 0: it hosts the launch's TCPStore on its node and publishes the address in Ray's
+    key-value store under ``key``; every rank then writes its node there and reads the
+    others', so each works out its own rank as the notebook would (rank_envs). Every rank marks
+    the store when it is through with it, and rank 0 keeps it until all have (a peer may still
+    be leaving its process group). Ray keeps this worker process for later tasks: the
+    environment, fds 1 and 2 and Python's streams are given back as they were.
+    """
+    from .network import interface_for
+
+    saved = env.snapshot()
+    with contextlib.ExitStack() as held:
+        store, (places, port, node) = _join(bundle, world, key, held)
+        order, envs = rank_envs(places, port, template)
+        worker = envs[order.index(bundle)]
+        if not worker.loopback and not env.get("GLOO_SOCKET_IFNAME"):
+            # gloo binds to what the host name resolves to unless told the interface.
+            name = interface_for(worker.master_addr)
+            if name:
+                worker = dataclasses.replace(
+                    worker, extra=(*worker.extra, ("GLOO_SOCKET_IFNAME", name))
+                )
+        yield ("rank", worker.rank, node)
+        relay = _Relay()
+        relay.start()
+        done: list[tuple[Outcome, list[tuple[str, bytes]]]] = []
+
+        def body() -> None:
+            outcome: Outcome = ("failed", Failure.from_exception(RuntimeError("not run")))
+            try:
+                outcome = _run(payload, relay)
+            finally:
+                done.append((outcome, relay.finish()))
+
+        try:
+            # The node's environment stays (Ray's CUDA_VISIBLE_DEVICES, paths); the notebook's
+            # does not travel to other machines. The distributed variables are added.
+            env.install(saved, worker)
+            thread = threading.Thread(target=body, name="notebook-accel-rank", daemon=True)
+            thread.start()
+            while not done:
+                batch = relay.take(wait=_TAKE_WAIT)
+                if batch:
+                    yield ("output", batch)
+            thread.join()
+        finally:
+            env.restore(saved)
+        outcome, rest = done[0]
+        with contextlib.suppress(Exception):  # a store gone: the notebook is stopping everyone
+            _through(worker, store, outcome[0] == "ok")
+        yield ("end", outcome, rest)
 
 
 # -- large buffers: Ray's object store at the transport seam -----------------------------------
@@ -321,7 +440,7 @@ class RayShipment(Shipment):
     from the store and takes a private copy (the store's are read-only; a rank writing into
     a captured tensor changes nobody else's). A rank's result buffers come back inside its
     return value, which Ray keeps in the store under the notebook's ownership: objects a rank
-    put itself would die with its actor, which the launch kills at the end.
+    put itself would die with its worker, which a stopped launch kills.
     """
 
     def __init__(self, refs: list[Any]) -> None:
@@ -350,7 +469,7 @@ def _value(shipment: Shipment | None, result: Result) -> Any:
 
 # -- in the notebook: the driver ---------------------------------------------------------------
 def _split_resources(resources: dict[str, float]) -> dict[str, Any]:
-    """A bundle's resources as actor options (num_cpus, num_gpus, memory, resources)."""
+    """A bundle's resources as task options (num_cpus, num_gpus, memory, resources)."""
     options: dict[str, Any] = {
         "num_cpus": resources.get("CPU", 0),
         "num_gpus": resources.get("GPU", 0),
@@ -380,14 +499,14 @@ def _died(rank: int, error: BaseException) -> WorkerDiedError:
     )
     died = WorkerDiedError(rank, -signal.SIGKILL)
     died.args = (
-        f"rank {rank}'s Ray actor died without a Python exception (its process or its node "
+        f"rank {rank}'s Ray worker died without a Python exception (its process or its node "
         f"ended). Ray says: {reason or (lines[0] if lines else type(error).__name__)}",
     )
     return died
 
 
 class RayBackend:
-    """The ranks of a launch as Ray actors in a placement group (see the module docstring)."""
+    """The ranks of a launch as Ray tasks in a placement group (see the module docstring)."""
 
     name = "ray"
 
@@ -403,7 +522,8 @@ class RayBackend:
         self._payload: Payload | None = None
         self._payload_ref: Any = None
         self._plan: hardware.Plan | None = None
-        self._ranks_per_node: dict[str, int] = {}  # this attempt's, for keep_warm
+        self._ranks: dict[int, int] = {}  # this attempt's rank of each bundle, as they meet
+        self._nodes: dict[int, str] = {}  # and each bundle's node (for keep_warm)
 
     # -- Backend ----------------------------------------------------------------------------
     def plan(self) -> hardware.Plan:
@@ -446,9 +566,9 @@ class RayBackend:
         return self._plan
 
     def prepare(self, payload: Payload, buffers: list[Outgoing]) -> None:
-        """Put the payload and each large buffer in the object store once, for every actor."""
+        """Put the payload and each large buffer in the object store once, for every rank."""
         shipment = RayShipment([self.ray.put(_as_array(out)) for out in buffers])
-        # The actors keep their node's environment; the notebook's (tokens included) stays.
+        # The ranks keep their node's environment; the notebook's (tokens included) stays.
         self._payload = dataclasses.replace(payload, environ={}, shipment=shipment)
         self._payload_ref = self.ray.put(self._payload)
 
@@ -465,11 +585,12 @@ class RayBackend:
         timeout: float | None,
         watch: Callable[[], None] | None,
     ) -> list[Any]:
-        """One attempt: a new placement group and actors, removed whatever the ending."""
+        """One attempt: a new placement group and rank tasks, removed whatever the ending."""
+        from ray.experimental import internal_kv
         from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         assert self._plan is not None and self._payload is not None, "plan() and prepare() first"
-        ray = self.ray
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def check() -> None:
@@ -479,38 +600,41 @@ class RayBackend:
                 raise LaunchTimeoutError(timeout)  # type: ignore[arg-type]
 
         n = self._plan.num_processes
-        self._ranks_per_node = {}
         group = placement_group(
             [dict(self.resources) for _ in range(n)], strategy=self.config.placement_strategy
         )
-        actors: list[Any] = []
+        key = f"launch/{uuid.uuid4().hex}"
+        template = self._template(attempt, n)
+        remote_rank = self._remote_rank()
+        streams: list[Any] = []
+        self._ranks, self._nodes = {}, {}
+        outcomes: dict[int, Outcome] = {}
         try:
-            # The actors are asked for at once: Ray starts each as soon as the group holds its
-            # bundle, instead of after a round trip to learn that the group is ready.
-            actors = self._start_actors(group, n)
-            check = self._noting_waits(group, check, display)
-            order, envs = self._rendezvous(actors, check, attempt)
-            for rank in range(n):
-                display.rank_state(rank, "running")
-            ranks = [actors[index] for index in order]
-            refs = {
-                actor.run.remote(envs[rank], self._payload_ref): rank
-                for rank, actor in enumerate(ranks)
-            }
-            outcomes = self._supervise(refs, ranks, display, check)
+            # Asked for with the group, not after it is ready: Ray grants each task its bundle
+            # (and an idle worker of the node's pool) the moment the bundle is reserved. In
+            # between, the node's idle workers look surplus to Ray (their CPUs are reserved)
+            # and may be ended.
+            streams = [
+                remote_rank.options(
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=group, placement_group_bundle_index=bundle
+                    )
+                ).remote(bundle, n, template, self._payload_ref, key)
+                for bundle in range(n)
+            ]
+            outcomes = self._supervise(streams, display, self._noting_waits(group, check, display))
         finally:
-            # Not waited for: Ray ends the processes and frees the bundles within moments.
-            for actor in actors:
-                with contextlib.suppress(Exception):
-                    ray.kill(actor, no_restart=True)
+            self._end(streams, outcomes)
             with contextlib.suppress(Exception):
+                held = self.ray.available_resources()
                 remove_placement_group(group)
+                self._until_returned(held, n)
             with contextlib.suppress(Exception):
-                keep_warm(ray, self._ranks_per_node)  # the next launch's workers, booted now
+                internal_kv._internal_kv_del(key, namespace=_KV_NAMESPACE)
             for rank in range(n):
                 display.end(rank, "stdout")
                 display.end(rank, "stderr")
-        return self._results(outcomes)
+        return self._results({self._ranks.get(b, b): o for b, o in outcomes.items()})
 
     # -- the steps of an attempt ------------------------------------------------------------
     def _noting_waits(
@@ -535,79 +659,41 @@ class RayBackend:
 
         return noting
 
-    def _start_actors(self, group: Any, n: int) -> list[Any]:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    def _until_returned(self, held: dict[str, float], n: int) -> None:
+        """Wait (a moment at most) until Ray's view of the cluster has the group's share back.
 
-        options = _split_resources(self.resources)
-        # The relay group: the notebook takes a rank's output while ``run`` is busy. Marked
-        # here, where ray is imported, and not per call (Ray Client refuses that option).
-        self.ray.method(concurrency_group=_RELAY)(_RankActor.take)
-        remote_rank = self.ray.remote(concurrency_groups={_RELAY: 1})(_RankActor)
-        return [
-            remote_rank.options(
-                max_restarts=0,
-                max_task_retries=0,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=group, placement_group_bundle_index=i
-                ),
-                **options,
-            ).remote()
-            for i in range(n)
-        ]
+        Ray places a new group against that view: asked for too early, the next launch's group
+        waits a second for a retry, and the warm workers left idle meanwhile may be ended.
+        """
+        end = time.monotonic() + _RETURN_WAIT
+        while time.monotonic() < end:
+            free = self.ray.available_resources()
+            if all(free.get(k, 0) >= held.get(k, 0) + v * n for k, v in self.resources.items()):
+                return
+            time.sleep(_POLL)
 
-    def _wait(self, refs: list[Any], check: Callable[[], None]) -> list[Any]:
-        while len(self.ray.wait(refs, num_returns=len(refs), timeout=_TICK)[0]) < len(refs):
-            check()
-        try:
-            return list(self.ray.get(refs))
-        except self.ray.exceptions.RayActorError as exc:
-            raise LaunchError(f"a rank's Ray actor could not start: {exc}") from None
-
-    def _rendezvous(
-        self, actors: list[Any], check: Callable[[], None], attempt: int
-    ) -> tuple[list[int], list[env.WorkerEnv]]:
-        from .network import interface_for
-
-        places = self._wait([a.where.remote() for a in actors], check)
-        for node, _ in places:
-            self._ranks_per_node[node] = self._ranks_per_node.get(node, 0) + 1
-        order = _rank_order(places)
-        master = places[order[0]][1]
-        world = len(actors)
-        (port,) = self._wait([actors[order[0]].host_store.remote(master, world)], check)
-        loopback = master.startswith("127.")
+    def _template(self, attempt: int, world: int) -> env.WorkerEnv:
+        """The variables every rank shares; each rank fills in its own (rank_envs)."""
         extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
         extra += env.launch_variables(**self.config.worker_options()).items()
-        if not loopback and not env.get("GLOO_SOCKET_IFNAME"):
-            # gloo binds to what the host name resolves to unless told the interface; the
-            # driver's view of the interface is a guess for nodes that look like it.
-            name = interface_for(master)
-            if name:
-                extra.append(("GLOO_SOCKET_IFNAME", name))
-        nodes: list[str] = []
-        for index in order:
-            if places[index][0] not in nodes:
-                nodes.append(places[index][0])
-        envs = []
-        for rank, index in enumerate(order):
-            node = places[index][0]
-            local = [i for i in order if places[i][0] == node]
-            envs.append(
-                env.WorkerEnv(
-                    rank=rank,
-                    local_rank=local.index(index),
-                    world_size=world,
-                    local_world_size=len(local),
-                    node_rank=nodes.index(node),
-                    master_addr=master,
-                    master_port=port,
-                    device_type=self._plan.device_type,  # type: ignore[union-attr]
-                    backend=self._plan.backend,  # type: ignore[union-attr]
-                    loopback=loopback,
-                    extra=tuple(extra),
-                )
-            )
-        return order, envs
+        return env.WorkerEnv(
+            rank=0,
+            local_rank=0,
+            world_size=world,
+            local_world_size=1,
+            node_rank=0,
+            master_addr="",
+            master_port=0,
+            device_type=self._plan.device_type,  # type: ignore[union-attr]
+            backend=self._plan.backend,  # type: ignore[union-attr]
+            extra=tuple(extra),
+        )
+
+    def _remote_rank(self) -> Any:
+        options = _split_resources(self.resources)
+        # Streaming: the notebook takes each item as the rank yields it. No retries: a rank
+        # that dies is the launch's failure (or its restart), never a silent second run.
+        return self.ray.remote(num_returns="streaming", max_retries=0, **options)(_rank)
 
     @staticmethod
     def _feed(display: Display, rank: int, batch: list[tuple[str, bytes]]) -> None:
@@ -625,65 +711,43 @@ class RayBackend:
             else:
                 display.feed(rank, kind, data)
 
-    def _collect(self, takes: dict[int, Any], display: Display, timeout: float) -> None:
-        """Show the output of the takes back within ``timeout``; the others stay in flight."""
-        if not takes:
-            return
-        refs = list(takes.values())
-        ready = set(self.ray.wait(refs, num_returns=len(refs), timeout=timeout)[0])
-        for rank, ref in list(takes.items()):
-            if ref not in ready:
-                continue
-            del takes[rank]
-            try:
-                batch = self.ray.get(ref)
-            except Exception:  # the actor died: its outcome says why
-                continue
-            self._feed(display, rank, batch)
-
-    def _outcome(self, ref: Any) -> tuple[Outcome, list[tuple[str, bytes]]]:
+    def _next(self, stream: Any) -> tuple[Any, ...]:
+        """A rank's next item: ("output", batch) or ("end", outcome, rest)."""
         ray = self.ray
         try:
-            outcome, rest = ray.get(ref)
-        except ray.exceptions.RayActorError as exc:
-            return ("died", exc, time.time()), []
-        except ray.exceptions.RayTaskError as exc:  # the actor method itself broke (a bug)
-            cause = exc.as_instanceof_cause()
-            return ("failed", Failure.from_exception(cause)), []
-        return outcome, rest
+            return tuple(ray.get(next(stream)))
+        except StopIteration:  # ended without its last item: nothing more is coming
+            return ("end", ("died", RuntimeError("the rank's task ended early"), time.time()), [])
+        except ray.exceptions.RayTaskError as exc:  # the rank's task itself broke (a bug)
+            return ("end", ("failed", Failure.from_exception(exc.as_instanceof_cause())), [])
+        except ray.exceptions.RayError as exc:  # its worker process or its node died
+            return ("end", ("died", exc, time.time()), [])
 
     def _supervise(
-        self,
-        refs: dict[Any, int],
-        ranks: list[Any],
-        display: Display,
-        check: Callable[[], None],
+        self, streams: list[Any], display: Display, check: Callable[[], None]
     ) -> dict[int, Outcome]:
+        """Each bundle's outcome, showing the ranks' output as it comes."""
         from .outcome import is_collateral
 
-        ray = self.ray
-        pending = dict(refs)
-        takes: dict[int, Any] = {}  # rank -> its take in flight (one at a time keeps the order)
+        running = dict(enumerate(streams))  # bundle -> its stream, until its last item
         outcomes: dict[int, Outcome] = {}
         collateral_since: float | None = None
-
-        def take_all() -> None:
-            for rank in set(pending.values()) - takes.keys():
-                takes[rank] = ranks[rank].take.remote()
-
-        while pending:
+        while running:
             check()
-            take_all()
-            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=_TICK)
-            self._collect(takes, display, timeout=0)
-            for ref in ready:
-                rank = pending.pop(ref)
-                # The rank's take in flight holds output older than what ``run`` returns.
-                self._collect({rank: takes.pop(rank)} if rank in takes else {}, display, 5.0)
-                outcome, rest = self._outcome(ref)
-                self._feed(display, rank, rest)
-                outcomes[rank] = outcome
-                display.rank_state(rank, "finished" if outcome[0] == "ok" else "failed")
+            for bundle, item in self._items(running, _TICK):
+                if item[0] == "rank":
+                    self._ranks[bundle] = item[1]
+                    self._nodes[bundle] = item[2]
+                    display.rank_state(item[1], "running")
+                elif item[0] == "output":
+                    self._feed(display, self._ranks.get(bundle, bundle), item[1])
+                else:
+                    _, outcome, rest = item
+                    rank = self._ranks.get(bundle, bundle)
+                    self._feed(display, rank, rest)
+                    outcomes[bundle] = outcome
+                    del running[bundle]
+                    display.rank_state(rank, "finished" if outcome[0] == "ok" else "failed")
             problems = [o for o in outcomes.values() if o[0] != "ok"]
             if any(o[0] == "died" or not is_collateral(o[1]) for o in problems):
                 break  # a root cause: stop the others now
@@ -693,12 +757,53 @@ class RayBackend:
                 collateral_since = collateral_since or time.monotonic()
                 if time.monotonic() - collateral_since > _COLLATERAL_GRACE:
                     break
-        if pending:  # the ranks about to be stopped: what they wrote last
-            take_all()
-            self._collect(takes, display, timeout=1.0)
-        for rank in pending.values():
-            display.rank_state(rank, "stopped")
+        # The ranks about to be stopped: what they wrote last (a second at most).
+        end = time.monotonic() + 1.0
+        while running and time.monotonic() < end:
+            for bundle, item in self._items(running, 0.1):
+                if item[0] == "output":
+                    self._feed(display, self._ranks.get(bundle, bundle), item[1])
+        for bundle in running:
+            display.rank_state(self._ranks.get(bundle, bundle), "stopped")
         return outcomes
+
+    def _items(self, running: dict[int, Any], timeout: float) -> list[tuple[int, tuple[Any, ...]]]:
+        """The next item of each stream that has one within ``timeout``."""
+        streams = list(running.items())
+        ready = self.ray.wait([s for _, s in streams], num_returns=len(streams), timeout=timeout)[0]
+        return [
+            (bundle, self._next(stream))
+            for bundle, stream in streams
+            if any(stream is other for other in ready)
+        ]
+
+    def _end(self, streams: list[Any], outcomes: dict[int, Outcome]) -> None:
+        """Stop the ranks still running; let the finished ones give their workers back.
+
+        A finished rank's task has only its clean-up left and its worker returns to Ray's
+        pool, warm (torch imported) for the next launch. A stopped or dead rank's process is
+        gone: keep_warm has its node start a replacement. So do GPU ranks, whose workers Ray
+        never reuses (a CUDA context stays with its process).
+        """
+        ray = self.ray
+        gone = [b for b in range(len(streams)) if b not in outcomes or outcomes[b][0] == "died"]
+        finishing = {b: streams[b].completed() for b in range(len(streams)) if b not in gone}
+        if finishing:
+            with contextlib.suppress(Exception):
+                ray.wait(list(finishing.values()), num_returns=len(finishing), timeout=_FINISH_WAIT)
+            gone += [b for b, ref in finishing.items() if not ray.wait([ref], timeout=0)[0]]
+        for bundle in gone:
+            with contextlib.suppress(Exception):
+                ray.cancel(streams[bundle], force=True)
+        if self.resources.get("GPU"):
+            gone = list(range(len(streams)))
+        counts: dict[str, int] = {}
+        for bundle in gone:
+            if bundle in self._nodes:
+                counts[self._nodes[bundle]] = counts.get(self._nodes[bundle], 0) + 1
+        if counts:
+            with contextlib.suppress(Exception):
+                keep_warm(ray, counts)
 
     def _results(self, outcomes: dict[int, Outcome]) -> list[Any]:
         from .outcome import is_collateral, rebuild

@@ -207,7 +207,7 @@ def _pack(payload: Payload, value: object) -> Result:
 def call(payload: Payload, setup: Callable[[], None] | None = None) -> Result | Failure:
     """Run the launch's function in this rank: its packed result, or how it failed.
 
-    The rank's side of every backend (this module's ``main``, a cluster's actors): ``setup``
+    The rank's side of every backend (this module's ``main``, a cluster's rank tasks): ``setup``
     first, the generators seeded (random_state), the call unpickled and run, the value packed
     for the payload's transport. ``sys.exit(0)`` (a ported script's ending) is a clean finish
     returning None; every other exception, KeyboardInterrupt too, is the rank's failure with

@@ -108,30 +108,48 @@ def test_four_ranks_on_two_nodes_train_to_identical_weights(cluster: Any) -> Non
     assert _all_free()
 
 
-def _process_birth() -> float:
-    """When this process started, in seconds since the machine booted (Linux /proc)."""
+def _pid_and_leak() -> tuple[int, str | None]:
     import os
 
-    with open("/proc/self/stat") as stat:
-        ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    leaked = os.environ.get("NOTEBOOK_ACCEL_TEST_LEAK")
+    os.environ["NOTEBOOK_ACCEL_TEST_LEAK"] = "set by an earlier launch"
+    print("some output")
+    return os.getpid(), leaked
 
 
-def _uptime() -> float:
-    with open("/proc/uptime") as uptime:
-        return float(uptime.read().split()[0])
-
-
-def test_a_later_launch_finds_its_workers_started(cluster: Any) -> None:
-    # After a launch, each node starts idle workers for the next one (keep_warm): the ranks
-    # of a launch a moment later run in processes that were started before it was called.
-    # (Every node of the local cluster is this machine, so the clocks agree.)
-    notebook_launcher(_process_birth, num_processes=4, cluster="ray", output="none")
-    time.sleep(3.0)  # a user reading the output
-    called = _uptime()
-    births = notebook_launcher(_process_birth, num_processes=4, cluster="ray", output="none")
-    assert all(birth < called for birth in births), (called, births)
+def test_a_launch_right_after_another_reuses_its_worker_processes(cluster: Any) -> None:
+    # The ranks are Ray tasks: a finished rank's worker process (torch imported) goes back to
+    # Ray's pool and the next launch's rank runs in it, with its environment as it was.
+    first = notebook_launcher(_pid_and_leak, num_processes=4, cluster="ray", output="none")
+    second = notebook_launcher(_pid_and_leak, num_processes=4, cluster="ray", output="none")
+    assert {pid for pid, _ in second} == {pid for pid, _ in first}
+    assert all(leaked is None for _, leaked in first + second)
     assert _all_free()
+
+
+def _idle_workers() -> int:
+    """Ray worker processes waiting in a pool (their title is "ray::IDLE")."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                count += Path(f"/proc/{name}/cmdline").read_bytes().startswith(b"ray::IDLE")
+            except OSError:
+                continue
+    return count
+
+
+def test_keep_warm_starts_idle_workers_on_a_node(cluster: Any) -> None:
+    # What a stopped or dead rank's node gets for the next launch: booted workers of this job.
+    from notebook_accel.launch.ray_backend import keep_warm
+
+    node = ray.get_runtime_context().get_node_id()
+    before = _idle_workers()
+    keep_warm(ray, {node: 2})
+    end = time.monotonic() + 60
+    while _idle_workers() < before + 2 and time.monotonic() < end:
+        time.sleep(0.2)
+    assert _idle_workers() >= before + 2
 
 
 class _Recording(Display):

@@ -38,6 +38,10 @@ ranks are never reused (Ray's rule for GPU tasks: a CUDA context stays with its 
 Ray itself ends a node's idle workers that have waited over a second when a new reservation
 leaves their CPUs taken; a rank on such a node then starts in a fresh worker.
 
+Ray Client (cluster="ray://HOST:PORT") has no streaming tasks: there each rank's items come
+from a ``_RankHost`` actor that runs the same ``_rank`` on a thread and hands them over when
+asked (``take``); those processes end with the launch, as actors do.
+
 The ranks print into pipes that their own threads read, so the cell shows ``[rank N]`` whole
 lines (display.py) and never Ray's ``(pid=..., ip=...)`` prefixes. The function runs on a
 thread of its task, not on the process's main thread, which yields the output (as in Ray
@@ -421,6 +425,49 @@ def _rank(
         yield ("end", outcome, rest)
 
 
+class _RankHost:
+    """A rank under Ray Client, which has no streaming tasks: an actor runs ``_rank``.
+
+    ``start`` runs the rank's items on a thread of the actor and returns at once; the notebook
+    takes what has come (``take`` waits up to ``_TAKE_WAIT`` s for something). The actor's
+    process ends with the launch, so nothing is reused between launches on this path.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._items: list[tuple[Any, ...]] = []
+        self._done = False
+
+    def start(self, *args: Any) -> None:
+        threading.Thread(
+            target=self._pump, args=args, name="notebook-accel-rank", daemon=True
+        ).start()
+
+    def _pump(self, *args: Any) -> None:
+        try:
+            for item in _rank(*args):
+                self._put(item)
+        except BaseException as exc:  # noqa: BLE001 - the notebook gets it as the outcome
+            self._put(("end", ("failed", Failure.from_exception(exc)), []))
+        finally:
+            with self._lock:
+                self._done = True
+                self._arrived.notify_all()
+
+    def _put(self, item: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._items.append(item)
+            self._arrived.notify_all()
+
+    def take(self) -> list[tuple[Any, ...]]:
+        with self._lock:
+            if not self._items and not self._done:
+                self._arrived.wait(_TAKE_WAIT)
+            items, self._items = self._items, []
+        return items
+
+
 # -- large buffers: Ray's object store at the transport seam -----------------------------------
 def _as_array(out: Outgoing) -> Any:
     """A buffer as a uint8 numpy array: Ray stores those without pickling them."""
@@ -524,6 +571,10 @@ class RayBackend:
         self._plan: hardware.Plan | None = None
         self._ranks: dict[int, int] = {}  # this attempt's rank of each bundle, as they meet
         self._nodes: dict[int, str] = {}  # and each bundle's node (for keep_warm)
+        self._takes: dict[int, Any] = {}  # Ray Client: each rank's take in flight
+        from ray.util.client import ray as client
+
+        self._client = bool(client.is_connected())  # no streaming tasks: actors (_RankHost)
 
     # -- Backend ----------------------------------------------------------------------------
     def plan(self) -> hardware.Plan:
@@ -605,23 +656,28 @@ class RayBackend:
         )
         key = f"launch/{uuid.uuid4().hex}"
         template = self._template(attempt, n)
-        remote_rank = self._remote_rank()
         streams: list[Any] = []
-        self._ranks, self._nodes = {}, {}
+        self._ranks, self._nodes, self._takes = {}, {}, {}
         outcomes: dict[int, Outcome] = {}
         try:
             # Asked for with the group, not after it is ready: Ray grants each task its bundle
             # (and an idle worker of the node's pool) the moment the bundle is reserved. In
             # between, the node's idle workers look surplus to Ray (their CPUs are reserved)
             # and may be ended.
-            streams = [
-                remote_rank.options(
+            remote = self._remote_rank()
+            for bundle in range(n):
+                placed = remote.options(
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         placement_group=group, placement_group_bundle_index=bundle
                     )
-                ).remote(bundle, n, template, self._payload_ref, key)
-                for bundle in range(n)
-            ]
+                )
+                args = (bundle, n, template, self._payload_ref, key)
+                if self._client:
+                    host = placed.remote()
+                    host.start.remote(*args)
+                    streams.append(host)
+                else:
+                    streams.append(placed.remote(*args))
             outcomes = self._supervise(streams, display, self._noting_waits(group, check, display))
         finally:
             self._end(streams, outcomes)
@@ -691,6 +747,8 @@ class RayBackend:
 
     def _remote_rank(self) -> Any:
         options = _split_resources(self.resources)
+        if self._client:
+            return self.ray.remote(max_restarts=0, max_task_retries=0, **options)(_RankHost)
         # Streaming: the notebook takes each item as the rank yields it. No retries: a rank
         # that dies is the launch's failure (or its restart), never a silent second run.
         return self.ray.remote(num_returns="streaming", max_retries=0, **options)(_rank)
@@ -769,6 +827,8 @@ class RayBackend:
 
     def _items(self, running: dict[int, Any], timeout: float) -> list[tuple[int, tuple[Any, ...]]]:
         """The next item of each stream that has one within ``timeout``."""
+        if self._client:
+            return self._taken(running, timeout)
         streams = list(running.items())
         ready = self.ray.wait([s for _, s in streams], num_returns=len(streams), timeout=timeout)[0]
         return [
@@ -776,6 +836,25 @@ class RayBackend:
             for bundle, stream in streams
             if any(stream is other for other in ready)
         ]
+
+    def _taken(self, running: dict[int, Any], timeout: float) -> list[tuple[int, tuple[Any, ...]]]:
+        """Ray Client: the items each rank's host has, one take in flight per rank."""
+        ray = self.ray
+        for bundle, host in running.items():
+            if bundle not in self._takes:
+                self._takes[bundle] = host.take.remote()
+        waiting = {b: ref for b, ref in self._takes.items() if b in running}
+        ready = ray.wait(list(waiting.values()), num_returns=len(waiting), timeout=timeout)[0]
+        found: list[tuple[int, tuple[Any, ...]]] = []
+        for bundle, ref in waiting.items():
+            if ref not in ready:  # equal ids (Ray Client answers with new ref objects)
+                continue
+            del self._takes[bundle]
+            try:
+                found += [(bundle, tuple(item)) for item in ray.get(ref)]
+            except ray.exceptions.RayError as exc:  # the actor or its node died
+                found.append((bundle, ("end", ("died", exc, time.time()), [])))
+        return found
 
     def _end(self, streams: list[Any], outcomes: dict[int, Outcome]) -> None:
         """Stop the ranks still running; let the finished ones give their workers back.
@@ -786,6 +865,11 @@ class RayBackend:
         never reuses (a CUDA context stays with its process).
         """
         ray = self.ray
+        if self._client:  # actors: every process ends with the launch
+            for host in streams:
+                with contextlib.suppress(Exception):
+                    ray.kill(host, no_restart=True)
+            return
         gone = [b for b in range(len(streams)) if b not in outcomes or outcomes[b][0] == "died"]
         finishing = {b: streams[b].completed() for b in range(len(streams)) if b not in gone}
         if finishing:

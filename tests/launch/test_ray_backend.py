@@ -21,6 +21,8 @@ from notebook_accel.launch.channel import Health, Progress
 from notebook_accel.launch.display import Display
 from notebook_accel.launch.ray_local import local_cluster
 
+from ..browser import free_port
+
 ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.timeout(600)
@@ -314,6 +316,71 @@ def test_command_line_launches_a_script_on_the_cluster(cluster: Any, tmp_path: P
     assert done.returncode == 0, done.stderr
     for rank in (0, 1):
         assert f"[rank {rank}] rank {rank} of 2 args ['--lr', '1']" in done.stdout
+    assert _all_free()
+
+
+@pytest.fixture
+def client_server(cluster: Any) -> Any:
+    """A Ray Client server for the cluster on 127.0.0.1; yields its port.
+
+    Its single-process ("legacy") mode: the default proxy mode starts a server per client,
+    and that start failed about one time in three on this machine, in Ray itself.
+    """
+    import socket
+    import subprocess
+    import sys
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ray.util.client.server", "--host", "127.0.0.1"]
+        + ["--port", str(port), "--mode", "legacy", "--address", cluster.address],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield port
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_ray_client_launches_from_a_process_outside_the_cluster(
+    cluster: Any, client_server: int, tmp_path: Path
+) -> None:
+    # cluster="ray://HOST:PORT": Ray Client has no streaming tasks, so each rank is an actor
+    # that the notebook asks for its output; the rest is the same launch.
+    import subprocess
+    import sys
+
+    port = client_server
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, sys\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "print('rank', dist.get_rank(), 'of', dist.get_world_size())\n"
+        "if sys.argv[1:] == ['--fail'] and dist.get_rank() == 1:\n"
+        "    raise ValueError('bad value on rank 1')\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    command = [sys.executable, "-m", "notebook_accel.cli", "launch"]
+    command += ["--cluster", f"ray://127.0.0.1:{port}", "--num_processes", "2", str(script)]
+    done = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for rank in (0, 1):
+        assert f"[rank {rank}] rank {rank} of 2" in done.stdout
+    failed = subprocess.run(
+        [*command, "--fail"], env=environ, capture_output=True, text=True, timeout=300
+    )
+    assert failed.returncode == 1
+    assert "ValueError: bad value on rank 1" in failed.stdout + failed.stderr
     assert _all_free()
 
 

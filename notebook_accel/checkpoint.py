@@ -49,6 +49,7 @@ from typing import Any
 
 import torch
 
+from . import env
 from . import serialization as io
 from .errors import CheckpointError
 from .state import ProcessState
@@ -69,9 +70,10 @@ _FILES = {
 # Kinds whose state may hold arbitrary Python objects (a scheduler's lambda object, a user's
 # registered object): loaded with weights_only=True first, full unpickling only if needed.
 _UNRESTRICTED = ("scheduler", "custom")
-# Pairs save_state calls across ranks without a collective: the same step, the same folder
-# name (paths may differ: one disk per machine) and the same count of such saves so far.
-_SAVES: Counter[tuple[int, str]] = Counter()
+# Pairs save_state calls across ranks without a collective: the same launch, the same step,
+# the same folder name (paths may differ: one disk per machine) and the same count of such
+# saves so far in this launch (a process Ray reuses runs the ranks of several launches).
+_SAVES: Counter[tuple[str | None, str | None, int, str]] = Counter()
 
 
 @dataclass
@@ -189,8 +191,11 @@ def save_state(
         safe: weights as safetensors, else ``pytorch_model[_i].bin``.
     """
     target, staging, old = _paths(directory)
-    number = f"{progress['step']}/{target.name}/{_SAVES[progress['step'], target.name]}"
-    _SAVES[progress["step"], target.name] += 1
+    # The launch (attempt): its store's port and the attempt, different for every one.
+    launch = (env.get("MASTER_PORT"), env.get("TORCHELASTIC_RESTART_COUNT"))
+    counted = (*launch, int(progress["step"]), target.name)
+    number = f"{progress['step']}/{target.name}/{_SAVES[counted]}"
+    _SAVES[counted] += 1
     writer = state.rank == _writer_rank(state, on_each_node)
     counts = {kind: len(items) for kind, items in objects.kinds().items()}
     counts["model"] = len(weights)

@@ -129,6 +129,37 @@ def test_a_launch_right_after_another_reuses_its_worker_processes(cluster: Any) 
     assert _all_free()
 
 
+def _save_once(folder: str) -> int:
+    import os
+
+    import torch
+
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    del model
+    accelerator.save_state(os.path.join(folder, "checkpoint"))
+    accelerator.end_training()
+    return accelerator.process_index
+
+
+def test_checkpoints_pair_up_when_only_some_ranks_reuse_a_process(
+    cluster: Any, tmp_path: Path
+) -> None:
+    # save_state pairs the ranks' saves by counting them; a rank whose process saved in an
+    # earlier launch must count from zero like a rank in a fresh process.
+    first = tmp_path / "first"
+    assert notebook_launcher(
+        _save_once, args=(str(first),), num_processes=2, cluster="ray", timeout=120
+    ) == [0, 1]
+    second = tmp_path / "second"
+    assert notebook_launcher(
+        _save_once, args=(str(second),), num_processes=4, cluster="ray", timeout=120
+    ) == [0, 1, 2, 3]
+    assert (second / "checkpoint").is_dir()
+
+
 def _idle_workers() -> int:
     """Ray worker processes waiting in a pool (their title is "ray::IDLE")."""
     count = 0

@@ -9,9 +9,14 @@ process, one launcher after the other.
 
 Why both kinds of repeat: our ranks are Ray tasks, whose worker processes go back to Ray's
 pool and run the next launch's ranks with torch imported. Back to back they are still
-there; after a pause, Ray ends a node's idle workers that have waited over a second once the
-next launch's reservation takes their CPUs, unless their task request is already waiting
-on that node (the driver's own node). Both launchers get the same pauses.
+there; after a pause, Ray may end a node's idle workers that have waited over a second when
+the next launch's reservation takes their CPUs before the rank's request reaches that node
+(seen once in 3 paused repeats in a trial, never in 6 in another; those ranks then start
+fresh). Both launchers get the same pauses.
+
+Quiet 2-core machine, 2026-12-01 (seconds, medians of 3), two runs: ours 5.13 / 4.77 first,
+0.30 / 0.29 back to back, 0.22 / 0.22 after 10 s idle; TorchTrainer 32.69 / 27.56, 21.96 /
+24.04, 22.95 / 22.82: ratios 0.16 / 0.17, 0.01, 0.01.
 
 Before the ranks were tasks (one actor per rank; quiet, medians of 3): ours 5.62 first,
 7.98 back to back, 7.54 after 10 s idle; TorchTrainer 29.29, 27.53, 24.19: ratios 0.19,

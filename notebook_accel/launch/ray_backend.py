@@ -35,8 +35,9 @@ about a tenth of a second, not seconds (benchmarks/ray_launch.py). The state a w
 is what any Ray task leaves (imported modules); the rank gives back the environment, fds 1/2
 and Python's streams, and every notebook_accel object is per launch (processes.py). GPU
 ranks are never reused (Ray's rule for GPU tasks: a CUDA context stays with its process).
-Ray itself ends a node's idle workers that have waited over a second when a new reservation
-leaves their CPUs taken; a rank on such a node then starts in a fresh worker.
+Ray itself may end a node's idle workers that have waited over a second when a new
+reservation takes their CPUs before the rank's request reaches the node; a rank there then
+starts in a fresh worker.
 
 Ray Client (cluster="ray://HOST:PORT") has no streaming tasks: there each rank's items come
 from a ``_RankHost`` actor that runs the same ``_rank`` on a thread and hands them over when

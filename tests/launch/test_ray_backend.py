@@ -65,7 +65,7 @@ def _all_free(timeout: float = 10.0) -> bool:
 def _train(steps: int) -> dict[str, Any]:
     import os
 
-    import ray as ray_in_actor
+    import ray as ray_in_rank
     import torch
     import torch.distributed as dist
 
@@ -89,7 +89,7 @@ def _train(steps: int) -> dict[str, Any]:
         "world": dist.get_world_size(),
         "sum": total.item(),
         "weights": [p.detach().tolist() for p in model.parameters()],
-        "node": ray_in_actor.get_runtime_context().get_node_id(),
+        "node": ray_in_rank.get_runtime_context().get_node_id(),
         "local_rank": int(os.environ["LOCAL_RANK"]),
         "node_rank": int(os.environ["GROUP_RANK"]),
     }
@@ -298,7 +298,7 @@ def _wait_then_sleep(marker: str) -> None:
     time.sleep(600)
 
 
-def test_stop_frees_every_actor_and_the_placement_group(cluster: Any, tmp_path: Path) -> None:
+def test_stop_frees_every_rank_and_the_placement_group(cluster: Any, tmp_path: Path) -> None:
     stop = threading.Event()
 
     def press_stop() -> None:
@@ -442,10 +442,10 @@ def _until_node_dies(marker: str) -> str:
     import time
     from pathlib import Path
 
-    import ray as ray_in_actor
+    import ray as ray_in_rank
 
     attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
-    node = ray_in_actor.get_runtime_context().get_node_id()
+    node = ray_in_rank.get_runtime_context().get_node_id()
     Path(marker, f"{attempt}-{os.environ['RANK']}").write_text(node)
     if attempt == "0":
         time.sleep(600)

@@ -151,16 +151,11 @@ def snapshot() -> dict[str, str]:
 
 def install(base: Mapping[str, str], worker: WorkerEnv) -> None:
     """Replace this process's environment by ``base`` plus the worker's variables."""
-    wanted = dict(base)
-    wanted.update(worker.variables())
-    for key in list(os.environ):
-        if key not in wanted:
-            del os.environ[key]
-    os.environ.update(wanted)
+    restore({**base, **worker.variables()})
 
 
 def restore(saved: Mapping[str, str]) -> None:
-    """Make this process's environment exactly ``saved`` again (a process that outlives a rank)."""
+    """Make this process's environment exactly ``saved`` (also: again, after a rank)."""
     for key in list(os.environ):
         if key not in saved:
             del os.environ[key]

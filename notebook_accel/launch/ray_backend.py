@@ -193,6 +193,34 @@ def _prestart(job: bytes, asks: list[tuple[str, int]]) -> None:
 
 
 # -- inside the cluster: the ranks -------------------------------------------------------------
+class _Waiting:
+    """Items added by some threads, taken all at once by another, which may wait for one."""
+
+    def __init__(self) -> None:
+        self._arrived = threading.Condition()
+        self._items: list[Any] = []
+        self._closed = False
+
+    def add(self, item: Any) -> None:
+        with self._arrived:
+            self._items.append(item)
+            self._arrived.notify_all()
+
+    def take(self, wait: float = 0.0) -> list[Any]:
+        """What was added since the last take; waits up to ``wait`` s for something."""
+        with self._arrived:
+            if not self._items and not self._closed:
+                self._arrived.wait(wait)
+            items, self._items = self._items, []
+        return items
+
+    def close(self) -> None:
+        """Nothing more comes: a take waiting now answers at once."""
+        with self._arrived:
+            self._closed = True
+            self._arrived.notify_all()
+
+
 class _Relay:
     """In a rank's Ray worker: fds 1 and 2 into pipes, read by threads into one batch.
 
@@ -204,10 +232,7 @@ class _Relay:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._arrived = threading.Condition(self._lock)
-        self._finished = False
-        self._batch: list[tuple[str, bytes]] = []
+        self._batch = _Waiting()  # (kind, data): "stdout", "stderr" or "message"
         self._readers: list[threading.Thread] = []
         self._saved: list[int] = []
         self._streams = (sys.stdout, sys.stderr)
@@ -233,24 +258,15 @@ class _Relay:
                 break
             if not data:
                 break
-            self._add(stream, data)
+            self._batch.add((stream, data))
         os.close(fd)
 
-    def _add(self, kind: str, data: bytes) -> None:
-        with self._lock:
-            self._batch.append((kind, data))
-            self._arrived.notify_all()
-
     def send_bytes(self, data: bytes) -> None:
-        self._add("message", data)
+        self._batch.add(("message", data))
 
     def take(self, wait: float = 0.0) -> list[tuple[str, bytes]]:
         """What was written since the last take; waits up to ``wait`` s for something."""
-        with self._lock:
-            if not self._batch and not self._finished:
-                self._arrived.wait(wait)
-            batch, self._batch = self._batch, []
-        return batch
+        return self._batch.take(wait)
 
     def finish(self) -> list[tuple[str, bytes]]:
         """Every line written so far that was not taken; the process's own fds back."""
@@ -265,9 +281,7 @@ class _Relay:
         sys.stdout, sys.stderr = self._streams
         for reader in self._readers:
             reader.join(timeout=2.0)
-        with self._lock:
-            self._finished = True  # a take waiting now answers at once
-            self._arrived.notify_all()
+        self._batch.close()
         return self.take()
 
 
@@ -435,10 +449,7 @@ class _RankHost:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._arrived = threading.Condition(self._lock)
-        self._items: list[tuple[Any, ...]] = []
-        self._done = False
+        self._items = _Waiting()
 
     def start(self, *args: Any) -> None:
         threading.Thread(
@@ -448,25 +459,14 @@ class _RankHost:
     def _pump(self, *args: Any) -> None:
         try:
             for item in _rank(*args):
-                self._put(item)
+                self._items.add(item)
         except BaseException as exc:  # noqa: BLE001 - the notebook gets it as the outcome
-            self._put(("end", ("failed", Failure.from_exception(exc)), []))
+            self._items.add(("end", ("failed", Failure.from_exception(exc)), []))
         finally:
-            with self._lock:
-                self._done = True
-                self._arrived.notify_all()
-
-    def _put(self, item: tuple[Any, ...]) -> None:
-        with self._lock:
-            self._items.append(item)
-            self._arrived.notify_all()
+            self._items.close()
 
     def take(self) -> list[tuple[Any, ...]]:
-        with self._lock:
-            if not self._items and not self._done:
-                self._arrived.wait(_TAKE_WAIT)
-            items, self._items = self._items, []
-        return items
+        return self._items.take(_TAKE_WAIT)
 
 
 # -- large buffers: Ray's object store at the transport seam -----------------------------------
@@ -874,9 +874,11 @@ class RayBackend:
         gone = [b for b in range(len(streams)) if b not in outcomes or outcomes[b][0] == "died"]
         finishing = {b: streams[b].completed() for b in range(len(streams)) if b not in gone}
         if finishing:
+            refs = list(finishing.values())
+            returned: list[Any] = []
             with contextlib.suppress(Exception):
-                ray.wait(list(finishing.values()), num_returns=len(finishing), timeout=_FINISH_WAIT)
-            gone += [b for b, ref in finishing.items() if not ray.wait([ref], timeout=0)[0]]
+                returned = ray.wait(refs, num_returns=len(refs), timeout=_FINISH_WAIT)[0]
+            gone += [b for b, ref in finishing.items() if ref not in returned]
         for bundle in gone:
             with contextlib.suppress(Exception):
                 ray.cancel(streams[bundle], force=True)

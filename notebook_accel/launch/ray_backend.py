@@ -314,10 +314,7 @@ def rank_envs(
     bundle 0 is rank 0, whose node hosts the store.
     """
     order = _rank_order(places)
-    nodes: list[str] = []
-    for index in order:
-        if places[index][0] not in nodes:
-            nodes.append(places[index][0])
+    nodes = _nodes(places)
     master = places[order[0]][1]
     envs = []
     for rank, index in enumerate(order):
@@ -530,12 +527,14 @@ def _split_resources(resources: dict[str, float]) -> dict[str, Any]:
     return options
 
 
+def _nodes(places: list[tuple[str, str]]) -> list[str]:
+    """The bundles' nodes in node-rank order: as they first appear, bundle 0's first."""
+    return list(dict.fromkeys(node for node, _ in places))
+
+
 def _rank_order(places: list[tuple[str, str]]) -> list[int]:
     """Bundle indices in rank order: bundle 0's node first, each node's ranks contiguous."""
-    nodes: list[str] = []
-    for node, _ in places:
-        if node not in nodes:
-            nodes.append(node)
+    nodes = _nodes(places)
     return sorted(range(len(places)), key=lambda i: (nodes.index(places[i][0]), i))
 
 

@@ -71,7 +71,7 @@ def _train(
 
 
 def ddp(cfg: dict[str, Any]) -> Result:
-    from notebook_accel.accelerator import Accelerator
+    from notebook_accel.training.accelerator import Accelerator
 
     acc = Accelerator()
     base = reset_peak()
@@ -81,7 +81,7 @@ def ddp(cfg: dict[str, Any]) -> Result:
 
 
 def ours_fsdp(cfg: dict[str, Any], return_freed_memory: bool = True) -> Result:
-    from notebook_accel.accelerator import Accelerator
+    from notebook_accel.training.accelerator import Accelerator
 
     acc = Accelerator(
         fsdp={

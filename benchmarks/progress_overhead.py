@@ -25,7 +25,7 @@ def measure(n: int, repeats: int) -> dict[str, dict[str, float]]:
     import torch
     import tqdm as plain
 
-    from notebook_accel import progress
+    from notebook_accel.reporting import progress
 
     x = torch.zeros(16)
 
@@ -65,8 +65,8 @@ def parent_draw_cost(messages: int = 2000) -> tuple[float, float]:
 
     import tqdm as plain
 
-    from notebook_accel.launch.channel import Progress
     from notebook_accel.launch.display import Display
+    from notebook_accel.reporting.channel import Progress
 
     display = Display()
     display.stderr = io.StringIO()

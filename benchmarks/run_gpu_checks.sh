@@ -85,7 +85,7 @@ EOF
 suite_budget=$((BUDGET < 330 ? BUDGET : 330))
 log "GPU suite: pytest -m cuda (up to ${suite_budget}s)"
 timeout --signal=INT --kill-after=20 "$suite_budget" \
-  "$py" -m pytest -m cuda -p no:cacheprovider -q -rA tests/cuda tests/test_accelerator_training.py
+  "$py" -m pytest -m cuda -p no:cacheprovider -q -rA tests/cuda tests/training/test_accelerator_training.py
 suite=$?
 [ $suite -eq 124 ] && log "the GPU suite ran past ${suite_budget}s"
 

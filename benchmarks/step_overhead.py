@@ -112,7 +112,7 @@ def hf_accelerate(cfg: dict) -> tuple[list[float], int]:
 
 
 def notebook_accel(cfg: dict) -> tuple[list[float], int]:
-    from notebook_accel.accelerator import Accelerator
+    from notebook_accel.training.accelerator import Accelerator
 
     acc = Accelerator()
     assert acc.num_processes == 2

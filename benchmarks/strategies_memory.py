@@ -90,8 +90,8 @@ def _built(cfg: dict[str, Any], init: Any) -> tuple[torch.nn.Module, torch.optim
 
 
 def _ours_zero(cfg: dict[str, Any], stage: int, zero_init: bool = False) -> Result:
-    from notebook_accel.accelerator import Accelerator
-    from notebook_accel.deepspeed_plugin import DeepSpeedPlugin
+    from notebook_accel.options.deepspeed import DeepSpeedPlugin
+    from notebook_accel.training.accelerator import Accelerator
 
     acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage))
     base = reset_peak()
@@ -127,8 +127,8 @@ def _accelerate_zero(cfg: dict[str, Any], stage: int, zero_init: bool = False) -
 
 
 def ours_tp(cfg: dict[str, Any]) -> Result:
-    from notebook_accel.accelerator import Accelerator
-    from notebook_accel.parallelism_config import ParallelismConfig
+    from notebook_accel.options.parallelism import ParallelismConfig
+    from notebook_accel.training.accelerator import Accelerator
 
     acc = Accelerator(parallelism_config=ParallelismConfig(tp_size=2, tp_plan=_plan(cfg)))
     base = reset_peak()

@@ -159,7 +159,7 @@ class LaunchConfig:
             )
         _check_int("max_restarts", self.max_restarts, 0)
         if self.fsdp is not None:
-            from .fsdp_config import FsdpConfig  # imports torch: only when FSDP is asked for
+            from .options.fsdp import FsdpConfig  # imports torch: only when FSDP is asked for
 
             object.__setattr__(self, "fsdp", FsdpConfig.coerce(self.fsdp))
         self._check_cluster()
@@ -199,8 +199,8 @@ class LaunchConfig:
             )
 
     def _check_deepspeed(self) -> None:
-        from .deepspeed_plugin import coerce_option  # torch-free
-        from .parallelism_config import coerce_option as mesh_option
+        from .options.deepspeed import coerce_option  # torch-free
+        from .options.parallelism import coerce_option as mesh_option
 
         fields = coerce_option(self.deepspeed)
         object.__setattr__(self, "deepspeed", fields)

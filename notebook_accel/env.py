@@ -8,7 +8,7 @@ Every environment variable the library cares about is named here, once:
                                                   RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
                                                   GROUP_RANK, MASTER_ADDR, MASTER_PORT,
                                                   NOTEBOOK_ACCEL_* (precision, device, backend)
-    Accelerator / state.py  <-- read_distributed(), launch_option()
+    Accelerator / training/state.py  <-- read_distributed(), launch_option()
 
 The workers take the parent's environment as it is at launch time (not as it was when the
 forkserver started), so a variable set in a cell just before a launch reaches them.
@@ -242,7 +242,7 @@ def config_file() -> Path:
     return Path(base) / "notebook_accel" / "config.json"
 
 
-# -- added for the command line (cli.py, launch/elastic.py) -----------------------------------
+# -- added for the command line (faces/cli.py, launch/elastic.py) ----------------------------------
 def launch_variables(**options: str) -> dict[str, str]:
     """The ``NOTEBOOK_ACCEL_*`` variables that carry launch options to workers we do not fork.
 

@@ -53,7 +53,7 @@ def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
 def _stoppable(
     watch: Callable[[], None] | None, stop: threading.Event | None
 ) -> Callable[[], None] | None:
-    """[panel hook, widgets.py] A set ``stop`` event ends the launch as an interrupt does."""
+    """[panel hook, faces/panel.py] A set ``stop`` event ends the launch as an interrupt does."""
     if stop is None:
         return watch
 
@@ -82,7 +82,7 @@ def _run_once(
     if timeout is not None and timeout <= 0:
         raise LaunchTimeoutError(config.timeout)  # type: ignore[arg-type]
     if plan.backend == "xla":
-        from .xla import run as run_on_xla  # imports torch_xla: only on TPU machines
+        from .xla.engine import run as run_on_xla  # imports torch_xla: only on TPU machines
 
         return run_on_xla(layout, payload, display, timeout, watch)
     # Each attempt's workers meet in a fresh store (rendezvous.py); torch_xla needs none.
@@ -105,7 +105,7 @@ def launch(
 ) -> list[Any]:
     """Validate everything, then run (and restart up to ``config.max_restarts`` times).
 
-    ``display`` and ``stop`` are the launch panel's hooks (widgets.py): its own display, and
+    ``display`` and ``stop`` are the launch panel's hooks (faces/panel.py): its own display, and
     an event that, once set, stops every worker as a KeyboardInterrupt does.
     """
     payload, buffers = build(function, args, kwargs, env.snapshot())
@@ -124,7 +124,7 @@ def launch(
             "With one process there is nothing to shard: pass fsdp=None.",
         )
     if config.parallelism_config is not None:
-        from ..parallelism_config import ParallelismConfig
+        from ..options.parallelism import ParallelismConfig
 
         mesh = ParallelismConfig(**config.parallelism_config)
         mesh.check(plan.num_processes * config.num_nodes)

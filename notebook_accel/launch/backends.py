@@ -1,7 +1,7 @@
 """Where the ranks of a launch run, behind one interface.
 
     launch/__init__.py: validate (LaunchConfig), pickle the payload (payload.build)
-      config.cluster is None   -> this machine: engine.py (forkserver) or xla.py (TPU)
+      config.cluster is None   -> this machine: engine.py (forkserver) or xla/engine.py (TPU)
       config.cluster = "ray"   -> for_cluster(config) -> ray_backend.RayBackend
       run_with_restarts(backend, ...): banner, attempts, restarts, display closed at the end
 
@@ -58,7 +58,7 @@ def for_cluster(config: LaunchConfig) -> Backend:
     """The backend that ``config.cluster`` names (imports its engine only now)."""
     cluster = config.cluster or ""
     if cluster == "ray" or cluster.startswith("ray://"):
-        from .ray_backend import RayBackend
+        from .ray.backend import RayBackend
 
         return RayBackend(config)
     raise ConfigError("cluster", cluster, "None, 'ray' or 'ray://HOST:PORT'")

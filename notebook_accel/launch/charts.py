@@ -1,6 +1,6 @@
 """The parent's side of ``Accelerator.log``: every row kept, a live chart, a text line.
 
-    Metrics(rows) from rank 0 (a few a second, live.py)
+    Metrics(rows) from rank 0 (a few a second, reporting/live.py)
       -> Board.add: rows kept as dicts ({"step": 3, "loss": 0.2, ...}); per-metric series
       -> at most every 0.5 s (longer if drawing is slow: <= ~20% of the time): the view redraws
            notebook: a matplotlib figure (Agg, no pyplot) as one PNG, updated in place

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol, TextIO
 
+from ..reporting.channel import Health, Metrics, Progress
 from . import charts
-from .channel import Health, Metrics, Progress
 
 __all__ = ["Display", "Bar", "TqdmBar"]
 
@@ -96,7 +96,7 @@ class Display:
             (self.stdout if stream == "stdout" else self.stderr).flush()
 
     # -- progress bars ----------------------------------------------------------------------
-    # Workers send Progress messages (throttled to ~10/s by notebook_accel.progress); the bars
+    # Workers send Progress messages (throttled to ~10/s by reporting/progress.py); the bars
     # are drawn here, in the parent, where tqdm.auto can make them notebook widgets.
     def progress(self, rank: int, message: Progress) -> None:
         """Draw (create, advance, close) the bar a worker's ``Progress`` message describes."""

@@ -37,8 +37,8 @@ from typing import Any
 
 from .. import env
 from ..errors import LaunchTimeoutError, WorkerDiedError
+from ..reporting.channel import Failure, Health, Metrics, Progress, Result, receive
 from . import worker as worker_module
-from .channel import Failure, Health, Metrics, Progress, Result, receive
 from .display import Display
 from .outcome import is_collateral, rebuild
 from .payload import Payload
@@ -50,13 +50,13 @@ _PRELOAD = [
     "torch",
     "torch.distributed",
     "notebook_accel.launch.worker",
-    "notebook_accel.progress",
-    "notebook_accel.utils_seed",
-    "notebook_accel.live",
+    "notebook_accel.reporting.progress",
+    "notebook_accel.seeding",
+    "notebook_accel.reporting.live",
     "numpy.random",  # imported lazily by numpy: each worker seeds it (fresh_seeds)
     # What a training function imports first: ~70 ms per worker per launch otherwise (it
     # starts no thread and touches no device; the first launch pays it once, in the server).
-    "notebook_accel.accelerator",
+    "notebook_accel.training.accelerator",
 ]
 _TICK = 0.25  # seconds between checks when nothing arrives
 _DRAIN = 1.0  # seconds to wait for output after a worker ended

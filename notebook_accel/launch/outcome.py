@@ -1,6 +1,6 @@
 """What a rank's ending means in the notebook, the same for every backend.
 
-The local engine (engine.py), TPU (xla.py) and cluster backends (ray_backend.py) each collect
+The local engine (engine.py), TPU (xla/engine.py) and cluster backends (ray/backend.py) each collect
 their ranks' outcomes their own way, then decide alike: a communication error is usually the
 consequence of another rank's failure (``is_collateral``), so the root cause is the earliest
 failure that is not one; it is raised in the notebook as the rank's own exception with the
@@ -13,7 +13,7 @@ import contextlib
 import pickle
 
 from ..errors import RemoteTraceback, WorkerError
-from .channel import Failure
+from ..reporting.channel import Failure
 from .payload import Payload, annotate_traceback
 
 __all__ = ["is_collateral", "rebuild"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from .channel import Result
+from ..reporting.channel import Result
 from .pickling import Outgoing, dumps, loads
 
 __all__ = ["Transport", "Shipment", "pack", "unpack"]

@@ -30,7 +30,7 @@ from typing import Any
 from .. import env
 from ..errors import SharedMemoryError
 from ..quiet import quiet_torchao
-from .channel import Failure, Result, Sender
+from ..reporting.channel import Failure, Result, Sender
 from .payload import Payload, load
 from .pickling import dumps
 from .transport import pack
@@ -145,7 +145,7 @@ def random_state() -> None:
     Forked workers would all start from the forkserver's generator states (the same dropout
     masks on every rank, and a re-run cell repeating the last one exactly).
     """
-    from ..utils_seed import fresh_seeds, set_seed
+    from ..seeding import fresh_seeds, set_seed
 
     seed = env.launch_option("seed")
     if seed:
@@ -261,7 +261,7 @@ def main(
     env.install(payload.environ, worker)
     quiet_torchao()
     sender = Sender(conn, marks)
-    from .. import live, progress
+    from ..reporting import live, progress
 
     progress.attach(sender)
     live.start(sender)  # [metrics] rank 0's log() rows and every rank's health, to the parent

@@ -9,12 +9,7 @@ import time
 
 import pytest
 
-from notebook_accel import (
-    LaunchTimeoutError,
-    WorkerDiedError,
-    WorkerError,
-    debug_launcher,
-)
+from notebook_accel import LaunchTimeoutError, WorkerDiedError, WorkerError, debug_launcher
 from notebook_accel.errors import RemoteTraceback
 
 from .helpers import worker_processes

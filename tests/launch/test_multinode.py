@@ -110,7 +110,7 @@ def test_command_line_on_two_machines_uses_torchrun_c10d(tmp_path: Path) -> None
                 [
                     sys.executable,
                     "-m",
-                    "notebook_accel.cli",
+                    "notebook_accel.faces.cli",
                     "launch",
                     "--num_machines",
                     "2",

@@ -13,8 +13,8 @@ from typing import Any
 
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import launch
-from notebook_accel.launch.channel import Metrics, Progress
 from notebook_accel.launch.display import Bar, Display
+from notebook_accel.reporting.channel import Metrics, Progress
 
 
 class _NoBar:

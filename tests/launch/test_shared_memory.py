@@ -455,7 +455,8 @@ def _load_twice_and_pack(payload: Any) -> Any:
 
 
 def test_a_spawned_process_pool_gets_the_segments_as_torch_xla_s_does() -> None:
-    """xla.py hands the payload to torch_xla's pool (spawn); the fds go by the resource sharer."""
+    """xla/engine.py hands the payload to torch_xla's pool (spawn); the fds go by the resource
+    sharer."""
     import dataclasses
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

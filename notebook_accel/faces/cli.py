@@ -1,0 +1,363 @@
+"""The command line: ``notebook-accel launch | config | env``.
+
+notebook-accel launch [options] script.py [script args]
+  options  -> LaunchConfig (the config file fills what is not given)
+  1 machine:  the notebook launcher's engine runs the script in every worker
+              (same rank-prefixed output, same errors); exit code 0, or 1 on failure
+  N machines: torch.distributed.run with c10d rendezvous (launch/elastic.py)
+  --cluster ray: the ranks run as Ray tasks (launch/ray/backend.py); the script's text travels
+notebook-accel config [--default]   questions in the terminal -> the config file
+notebook-accel config --reset       delete the config file (built-in defaults again)
+notebook-accel env                  versions and hardware, for bug reports
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+from .. import env, hardware
+from ..config import (
+    Hardware,
+    LaunchConfig,
+    MixedPrecision,
+    OutputMode,
+    load_file,
+    reset_file,
+    save_file,
+)
+from ..errors import ConfigError, NotebookAccelError, RemoteTraceback
+
+__all__ = ["main", "build_parser"]
+
+# Command-line option -> LaunchConfig field. The option names are HF accelerate's.
+_OPTIONS = {
+    "num_processes": "num_processes",
+    "mixed_precision": "mixed_precision",
+    "num_machines": "num_nodes",
+    "machine_rank": "node_rank",
+    "main_process_ip": "master_addr",
+    "main_process_port": "master_port",
+    "max_restarts": "max_restarts",
+    "hardware": "hardware",
+    "output": "output",
+    "timeout": "timeout",
+    "fsdp": "fsdp",
+    "cluster": "cluster",
+    "resources_per_worker": "resources_per_worker",
+    "placement_strategy": "placement_strategy",
+}
+_FIELD_TO_OPTION = {field: f"--{option}" for option, field in _OPTIONS.items()}
+_FIELD_TO_OPTION["script"] = "script"
+
+
+def _add(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
+    # Both spellings, --num_processes (accelerate's) and --num-processes.
+    spellings = [f"--{name}"]
+    if "_" in name:
+        spellings.append(f"--{name.replace('_', '-')}")
+    parser.add_argument(*spellings, dest=name, default=None, **kwargs)
+
+
+def _launch_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "launch",
+        help="run a training script on every process (and machine)",
+        description="Run SCRIPT in every worker process. Options not given come from the "
+        "config file (`notebook-accel config`).",
+        allow_abbrev=False,
+    )
+    _add(p, "num_processes", type=int, metavar="N", help="processes on this machine")
+    _add(p, "mixed_precision", choices=get_args(MixedPrecision))
+    _add(p, "hardware", choices=get_args(Hardware))
+    _add(p, "num_machines", type=int, metavar="N", help="machines in the job (default 1)")
+    _add(p, "machine_rank", type=int, metavar="R", help="this machine's rank, 0 .. N-1")
+    _add(p, "main_process_ip", metavar="ADDR", help="machine 0's address")
+    _add(p, "main_process_port", type=int, metavar="PORT", help="machine 0's port")
+    _add(p, "max_restarts", type=int, metavar="N", help="restart the group up to N times")
+    _add(p, "output", choices=get_args(OutputMode), help="whose output lines to show")
+    _add(p, "timeout", type=float, metavar="SECONDS", help="stop a launch that runs longer")
+    _add(
+        p,
+        "fsdp",
+        metavar="STRATEGY|JSON",
+        help="shard models with FSDP: full, grad_op, no_shard, hybrid, or FsdpConfig JSON",
+    )
+    p.add_argument(
+        "--use_deepspeed",
+        "--use-deepspeed",
+        dest="use_deepspeed",
+        action="store_true",
+        help="train with DeepSpeed's ZeRO (the deepspeed extra)",
+    )
+    _add(p, "zero_stage", type=int, metavar="N", help="DeepSpeed's ZeRO stage, 0-3 (default 2)")
+    _add(p, "deepspeed_config_file", metavar="PATH", help="a DeepSpeed config JSON")
+    _add(
+        p,
+        "cluster",
+        metavar="ray|ray://HOST:PORT",
+        help="run the ranks on a Ray cluster (RAY_ADDRESS, or one started on this machine); "
+        "--num_processes then counts every rank on the cluster",
+    )
+    _add(
+        p,
+        "resources_per_worker",
+        type=_json_object,
+        metavar="JSON",
+        help='on a cluster, what each rank reserves, e.g. \'{"CPU": 4, "GPU": 1}\'',
+    )
+    _add(p, "placement_strategy", choices=("PACK", "SPREAD"), help="on a cluster: PACK or SPREAD")
+    _add(
+        p,
+        "rendezvous_timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long machines wait for machine 0 (default 300)",
+    )
+    _add(p, "config_file", type=Path, metavar="PATH", help="another config file")
+    p.add_argument("script", help="the Python script to run")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    p.set_defaults(handler=_launch)
+
+
+def _json_object(text: str) -> Any:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("a JSON object is expected, e.g. '{\"CPU\": 2}'")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``notebook-accel`` argument parser.
+
+    Example:
+        >>> build_parser().parse_args(["env"]).command
+        'env'
+    """
+    parser = argparse.ArgumentParser(
+        prog="notebook-accel",
+        allow_abbrev=False,
+        description="Launch PyTorch training on several processes, as notebook_launcher does.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{launch,config,env}")
+    _launch_parser(sub)
+    c = sub.add_parser(
+        "config", help="answer a few questions; writes the config file", allow_abbrev=False
+    )
+    c.add_argument("--default", action="store_true", help="write defaults without asking")
+    c.add_argument(
+        "--reset", action="store_true", help="delete the file: launches use built-in defaults"
+    )
+    _add(c, "config_file", type=Path, metavar="PATH", help="where to write")
+    c.set_defaults(handler=_config)
+    e = sub.add_parser("env", help="print versions and hardware, for bug reports")
+    e.set_defaults(handler=_env)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``notebook-accel`` command; returns the exit code.
+
+    Example:
+        >>> main(["launch", "--num_processes", "2", "train.py"])  # doctest: +SKIP
+        Launching 2 processes on CPU (gloo)
+        0
+    """
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except ConfigError as exc:
+        print(f"notebook-accel {args.command}: error: {_cli_message(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"notebook-accel {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _cli_message(exc: ConfigError) -> str:
+    """A ConfigError in the command line's words: ``--machine_rank=2`` not ``node_rank=2``."""
+    message = str(exc)
+    for field, option in _FIELD_TO_OPTION.items():
+        message = message.replace(f"{field}=", f"{option}=")
+    message = message.replace("zero_stage=", "--zero_stage=")
+    return message.replace("num_nodes >", "--num_machines >")
+
+
+# -- launch ---------------------------------------------------------------------------------
+def _config_from(args: argparse.Namespace) -> LaunchConfig:
+    given = {field: getattr(args, option) for option, field in _OPTIONS.items()}
+    deepspeed = _deepspeed_option(args)
+    if deepspeed is not None:
+        given["deepspeed"] = deepspeed
+        if args.fsdp is None:  # the command line's DeepSpeed wins over the file's FSDP
+            given["fsdp"] = False
+    return LaunchConfig.from_defaults(args.config_file, **given)
+
+
+def _deepspeed_option(args: argparse.Namespace) -> dict[str, Any] | None:
+    """accelerate's --use_deepspeed / --zero_stage / --deepspeed_config_file as plugin fields
+    (either of the last two implies the first)."""
+    fields: dict[str, Any] = {}
+    if args.zero_stage is not None:
+        fields["zero_stage"] = args.zero_stage
+    if args.deepspeed_config_file is not None:
+        fields["hf_ds_config"] = str(Path(args.deepspeed_config_file).absolute())
+    if not fields and not args.use_deepspeed:
+        return None
+    return fields
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from ..launch import launch
+    from ..launch.script import checked_script, run_script, run_script_text
+
+    script = checked_script(args.script)
+    config = _config_from(args)
+    if config.num_nodes > 1:
+        return _launch_elastic(args, config, script)
+    function: Callable[..., None] = run_script
+    call: tuple[Any, ...] = (script, list(args.script_args))
+    if config.cluster is not None:  # other machines may not have the file: send its text
+        function = run_script_text
+        call = (script, Path(script).read_text(encoding="utf-8"), list(args.script_args))
+    try:
+        launch(function, call, None, config)
+    except ConfigError:
+        raise
+    except SystemExit as exc:  # the script called sys.exit(n) with n != 0 on some rank
+        code = exc.code if isinstance(exc.code, int) else 1
+        print(
+            f"notebook-accel launch: {_rank_of(exc)}the script exited with {exc.code!r}",
+            file=sys.stderr,
+        )
+        return code or 1
+    except Exception as exc:
+        _report(exc)
+        return 1
+    return 0
+
+
+def _launch_elastic(args: argparse.Namespace, config: LaunchConfig, script: str) -> int:
+    from ..launch import elastic, group
+
+    plan = hardware.resolve(config)
+    timeout = args.rendezvous_timeout or group.rendezvous_timeout(config)
+    print(plan.describe(config.num_nodes) + " (torch.distributed.run, c10d rendezvous)", flush=True)
+    try:
+        return elastic.run(config, plan, script, list(args.script_args), timeout)
+    except NotebookAccelError as exc:
+        print(f"notebook-accel launch: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _rank_of(exc: BaseException) -> str:
+    rank = getattr(exc, "rank", None)
+    return f"rank {rank}: " if rank is not None else ""
+
+
+def _report(exc: BaseException) -> None:
+    """The worker's own traceback, then one line naming the error: what a user needs."""
+    cause = exc.__cause__
+    if isinstance(cause, RemoteTraceback):
+        print(cause.traceback_text.rstrip(), file=sys.stderr)
+    notes = "".join(f"\n{note}" for note in getattr(exc, "__notes__", ()))
+    print(f"notebook-accel launch: {type(exc).__name__}: {exc}{notes}", file=sys.stderr)
+
+
+# -- config ---------------------------------------------------------------------------------
+def _config(args: argparse.Namespace) -> int:
+    from .cli_questions import ask_config
+
+    if args.reset:
+        print(f"Removed {reset_file(args.config_file)}")
+        return 0
+    machine = hardware.detect()
+    if args.default:
+        kind = hardware.kinds(machine)[0]
+        config = LaunchConfig(num_processes=kind.default_processes(machine) or None)
+    else:
+        config = ask_config(machine, LaunchConfig(**load_file(args.config_file)))
+    path = save_file(config, args.config_file)
+    print(f"Saved to {path}")
+    return 0
+
+
+# -- env ------------------------------------------------------------------------------------
+def _version(module: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cuda_lines(machine: hardware.Machine) -> list[str]:
+    """The GPUs found, their compute capability and precisions, and how they were found."""
+    counts: dict[str, int] = {}
+    for name in machine.cuda_names:
+        counts[name] = counts.get(name, 0) + 1
+    found = ", ".join(f"{n} × {name}" for name, n in counts.items()) or "none"
+    cap = machine.cuda_capability
+    if machine.cuda_names:
+        cuda = next(k for k in hardware.kinds(machine) if k.name == "cuda")
+        offers = ", ".join(p for p in cuda.precisions(machine) if p != "no")
+        known = f"{cap[0]}.{cap[1]}" if cap else "unknown"
+        found += f" (compute capability {known}" + (f"; precisions: {offers})" if offers else ")")
+    lines = [f"- CUDA GPUs: {found}"]
+    if machine.cuda_method:
+        lines.append(f"    found by: {machine.cuda_method}")
+    if machine.cuda_mig:
+        lines.append(
+            "    MIG: a CUDA process sees one MIG device and NCCL does not span them, "
+            "so a launch here runs 1 process"
+        )
+    return lines
+
+
+def _env(args: argparse.Namespace) -> int:
+    import platform
+
+    machine = hardware.detect()
+    lines = [
+        f"- notebook_accel: {_version('notebook_accel')}",
+        f"- Python: {platform.python_version()} ({sys.executable})",
+        f"- Platform: {platform.platform()}",
+    ]
+    packages = ("torch", "torch_xla", "torchao", "nvidia-ml-py", "cloudpickle", "tqdm")
+    for package in (*packages, "ipykernel", "accelerate"):
+        lines.append(f"- {package}: {_version(package)}")
+    try:
+        import torch
+
+        lines.append(f"- torch built for CUDA: {torch.version.cuda or 'no'}")
+    except ImportError:
+        pass
+    lines += [
+        f"- CPU cores: {machine.cpu_cores}",
+        *_cuda_lines(machine),
+        f"- Apple MPS: {'yes' if machine.mps else 'no'}",
+        f"- TPU devices on this host: {machine.tpu_cores or 'none'} {machine.tpu_type}".rstrip(),
+        *([f"    found by: {machine.tpu_method}"] if machine.tpu_method else []),
+        f"- Running in: {machine.place}",
+        f"- Hardware 'auto' picks: {hardware.kinds(machine)[0].describe(machine)}",
+    ]
+    path = env.config_file()
+    saved = load_file(path)
+    lines.append(f"- Config file: {path} ({'exists' if path.exists() else 'absent'})")
+    lines += [f"    {key}: {value!r}" for key, value in sorted(saved.items())]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

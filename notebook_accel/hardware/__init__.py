@@ -1,0 +1,318 @@
+"""What this machine has, found without initialising CUDA, and how "auto" resolves.
+
+Each kind of hardware is a small class with one interface (availability, process bounds,
+precisions, backend); ``resolve`` picks one and checks a LaunchConfig against it. CUDA devices
+come from NVML (``gpu.py``), TPU devices per host from the accelerator type
+(``tpu.py``); each answer keeps a sentence on how it was found (``notebook-accel env``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+
+from .. import env
+from ..config import LaunchConfig
+from ..errors import ConfigError
+from . import gpu as hardware_gpu
+from . import tpu as hardware_tpu
+
+__all__ = ["Machine", "Plan", "detect", "resolve", "kinds", "HardwareKind"]
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A snapshot of the hardware visible to this process.
+
+    ``cuda_names`` are the devices CUDA would enumerate (MIG devices where a GPU is in MIG
+    mode); ``cuda_capability`` is the lowest compute capability among them (``None``:
+    unknown). ``tpu_cores`` counts the XLA devices on this host (TensorCores on v2/v3, chips
+    on v4 and later). The ``*_method`` fields say how each was found.
+    """
+
+    cpu_cores: int
+    cuda_names: tuple[str, ...] = ()
+    cuda_bf16: bool | None = None  # None: unknown without initialising CUDA
+    mps: bool = False
+    tpu_cores: int = 0
+    tpu_type: str = ""
+    place: str = "terminal"  # "colab", "kaggle", "jupyter" or "terminal"
+    cuda_capability: tuple[int, int] | None = None
+    cuda_mig: bool = False
+    cuda_method: str = ""
+    tpu_method: str = ""
+
+    @property
+    def cuda_count(self) -> int:
+        return len(self.cuda_names)
+
+    @property
+    def cuda_fp8(self) -> bool:
+        """Float8 tensor cores on every visible GPU (compute capability >= 8.9), as far as known."""
+        return self.cuda_capability is not None and self.cuda_capability >= (8, 9)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A resolved launch: which hardware, how many processes, which backend."""
+
+    hardware: str
+    num_processes: int
+    backend: str
+    device_type: str
+    label: str
+
+    def describe(self, num_nodes: int = 1) -> str:
+        noun = "process" if self.num_processes == 1 else "processes"
+        where = f" on each of {num_nodes} machines" if num_nodes > 1 else ""
+        return f"Launching {self.num_processes} {noun} on {self.label} ({self.backend}){where}"
+
+
+class HardwareKind:
+    """Shared interface of the hardware kinds."""
+
+    name = ""
+    backend = ""
+    device_type = ""
+
+    def available(self, machine: Machine) -> bool:
+        raise NotImplementedError
+
+    def count(self, machine: Machine) -> int:
+        """How many devices a launch may use; 0 means no fixed bound (CPU)."""
+        raise NotImplementedError
+
+    def default_processes(self, machine: Machine) -> int:
+        return self.count(machine)
+
+    def precisions(self, machine: Machine) -> tuple[str, ...]:
+        return ("no", "bf16")
+
+    def label(self, machine: Machine) -> str:
+        return self.name.upper()
+
+    def describe(self, machine: Machine) -> str:
+        """For menus: ``"CUDA, 8 × H100"``."""
+        return self.label(machine)
+
+
+class _Cpu(HardwareKind):
+    name, backend, device_type = "cpu", "gloo", "cpu"
+
+    def available(self, machine: Machine) -> bool:
+        return True
+
+    def count(self, machine: Machine) -> int:
+        return 0
+
+    def default_processes(self, machine: Machine) -> int:
+        # Two processes show data parallelism without starving each of threads.
+        return 2
+
+    def precisions(self, machine: Machine) -> tuple[str, ...]:
+        return ("no", "bf16", "fp16") if _torch_cpu_fp16() else ("no", "bf16")
+
+    def describe(self, machine: Machine) -> str:
+        return f"CPU, {machine.cpu_cores} cores"
+
+
+class _Cuda(HardwareKind):
+    name, backend, device_type = "cuda", "nccl", "cuda"
+
+    def available(self, machine: Machine) -> bool:
+        return machine.cuda_count > 0
+
+    def count(self, machine: Machine) -> int:
+        # One CUDA process enumerates one MIG device, and NCCL does not run across MIG
+        # devices: a launch on MIG is one process.
+        return 1 if machine.cuda_mig else machine.cuda_count
+
+    def precisions(self, machine: Machine) -> tuple[str, ...]:
+        found = ("no", "fp16") if machine.cuda_bf16 is False else ("no", "fp16", "bf16")
+        return found + ("fp8",) if machine.cuda_fp8 else found
+
+    def label(self, machine: Machine) -> str:
+        if machine.cuda_mig:
+            return "a CUDA MIG device"
+        return "CUDA" if machine.cuda_count == 1 else f"{machine.cuda_count} CUDA GPUs"
+
+    def describe(self, machine: Machine) -> str:
+        names = sorted(set(machine.cuda_names))
+        short = names[0].replace("NVIDIA ", "") if len(names) == 1 else "GPUs"
+        if machine.cuda_mig:
+            return f"CUDA MIG, {machine.cuda_count} × {short} (a process sees one MIG device)"
+        return f"CUDA, {machine.cuda_count} × {short}"
+
+
+class _Mps(HardwareKind):
+    name, backend, device_type = "mps", "gloo", "mps"
+
+    def available(self, machine: Machine) -> bool:
+        return machine.mps
+
+    def count(self, machine: Machine) -> int:
+        return 1
+
+    def precisions(self, machine: Machine) -> tuple[str, ...]:
+        return ("no", "fp16", "bf16")
+
+    def describe(self, machine: Machine) -> str:
+        return "Apple MPS, 1 device"
+
+
+class _Tpu(HardwareKind):
+    name, backend, device_type = "tpu", "xla", "xla"
+
+    def available(self, machine: Machine) -> bool:
+        return machine.tpu_cores > 0
+
+    def count(self, machine: Machine) -> int:
+        return machine.tpu_cores
+
+    def precisions(self, machine: Machine) -> tuple[str, ...]:
+        return ("no", "bf16")
+
+    def label(self, machine: Machine) -> str:
+        return f"TPU {machine.tpu_type}".strip()
+
+    def describe(self, machine: Machine) -> str:
+        return f"{self.label(machine)}, {machine.tpu_cores} devices on this host"
+
+
+_KINDS: dict[str, HardwareKind] = {k.name: k for k in (_Tpu(), _Cuda(), _Mps(), _Cpu())}
+
+
+def kinds(machine: Machine) -> list[HardwareKind]:
+    """The hardware kinds this machine has, best first (TPU, CUDA, MPS, CPU)."""
+    return [k for k in _KINDS.values() if k.available(machine)]
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_cpu_fp16() -> bool:
+    try:
+        import torch
+
+        torch.amp.GradScaler("cpu")
+        return bool(torch.amp.autocast_mode.is_autocast_available("cpu"))
+    except Exception:
+        return False
+
+
+def _tpu() -> tuple[int, str, str]:
+    if importlib.util.find_spec("torch_xla") is None:
+        return 0, "", ""
+    accel_type = env.get("TPU_ACCELERATOR_TYPE") or env.get("ACCELERATOR_TYPE") or ""
+    found = hardware_tpu.from_accelerator_type(accel_type) if accel_type else None
+    if found is None:
+        found = hardware_tpu.from_device_files()
+    if found is None:
+        return 0, accel_type, ""
+    return found.devices, accel_type, found.method
+
+
+def _mps() -> bool:
+    if sys.platform != "darwin":
+        return False
+    try:
+        import torch
+
+        return bool(torch.backends.mps.is_available())
+    except Exception:
+        return False
+
+
+def _place() -> str:
+    if env.get("COLAB_RELEASE_TAG") or "google.colab" in sys.modules:
+        return "colab"
+    if env.get("KAGGLE_KERNEL_RUN_TYPE"):
+        return "kaggle"
+    if "ipykernel" in sys.modules:
+        return "jupyter"
+    return "terminal"
+
+
+def detect() -> Machine:
+    """Look at the machine now (no CUDA context is created)."""
+    cuda = hardware_gpu.probe()
+    known = [d.capability for d in cuda.devices if d.capability is not None]
+    lowest = min(known) if known and len(known) == len(cuda.devices) else None
+    tpu_cores, tpu_type, tpu_method = _tpu()
+    return Machine(
+        cpu_cores=os.cpu_count() or 1,
+        cuda_names=tuple(d.name for d in cuda.devices),
+        cuda_bf16=None if lowest is None else lowest >= (8, 0),
+        mps=_mps(),
+        tpu_cores=tpu_cores,
+        tpu_type=tpu_type,
+        place=_place(),
+        cuda_capability=lowest,
+        cuda_mig=any(d.mig for d in cuda.devices),
+        cuda_method=cuda.method,
+        tpu_method=tpu_method,
+    )
+
+
+def resolve(config: LaunchConfig, machine: Machine | None = None) -> Plan:
+    """Turn "auto" into a concrete plan and check the config against the hardware."""
+    machine = machine or detect()
+    if config.hardware == "auto":
+        kind = kinds(machine)[0]
+    else:
+        kind = _KINDS[config.hardware]
+        if not kind.available(machine):
+            have = ", ".join(repr(k.name) for k in kinds(machine))
+            raise ConfigError("hardware", config.hardware, f"hardware this machine has ({have})")
+    bound = kind.count(machine)
+    n = config.num_processes or kind.default_processes(machine)
+    if bound and n > bound:
+        raise ConfigError("num_processes", n, f"an int in [1, {bound}] on {kind.describe(machine)}")
+    _check_precision(config.mixed_precision, kind, machine)
+    if config.deepspeed is not None:
+        from ..options.deepspeed import precisions  # torch-free
+
+        accepted = precisions(kind.device_type)
+        if config.mixed_precision not in accepted:
+            raise ConfigError(
+                "mixed_precision",
+                config.mixed_precision,
+                " or ".join(map(repr, accepted)) + f" with DeepSpeed on {kind.describe(machine)}",
+                "DeepSpeed's CPU accelerator has no fp16; use bf16.",
+            )
+    return Plan(
+        hardware=kind.name,
+        num_processes=n,
+        backend=kind.backend,
+        device_type=kind.device_type,
+        label=kind.label(machine),
+    )
+
+
+def _check_precision(precision: str, kind: HardwareKind, machine: Machine) -> None:
+    precisions = ("no",) if precision == "no" else kind.precisions(machine)
+    if precision not in precisions:
+        hint = ""
+        if precision == "fp8":
+            known = kind.name != "cuda" or machine.cuda_capability is not None
+            hint = (
+                "fp8 needs a CUDA GPU with compute capability >= 8.9 (Ada, Hopper or newer)"
+                + ("" if known else f"; this GPU's is unknown: {hardware_gpu.INSTALL_HINT}")
+                + ". To try the fp8 path anywhere, call Accelerator(mixed_precision='fp8', "
+                "kwargs_handlers=[AORecipeKwargs(config=Float8LinearConfig(emulate=True))]) "
+                "inside the function instead."
+            )
+        raise ConfigError(
+            "mixed_precision",
+            precision,
+            f"one of {', '.join(map(repr, precisions))} on {kind.describe(machine)}",
+            hint,
+        )
+    if precision == "fp8" and importlib.util.find_spec("torchao") is None:
+        raise ConfigError(
+            "mixed_precision",
+            precision,
+            "torchao installed for fp8",
+            "pip install 'notebook_accel[fp8]'.",
+        )

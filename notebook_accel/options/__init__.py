@@ -1,0 +1,10 @@
+"""The option classes a launch validates before any process starts.
+
+    fsdp.py          FsdpConfig (``fsdp=``; imports torch for its dtypes, only when FSDP is
+                     asked for)
+    deepspeed.py     DeepSpeedPlugin (accelerate's names, torch-free): validated, ``"auto"``
+                     filled into DeepSpeed's config; the launch option; precisions per device
+    parallelism.py   ParallelismConfig (accelerate's mesh sizes, torch-free)
+
+``config.py``, ``hardware`` and the launcher read them; the training side builds on them.
+"""

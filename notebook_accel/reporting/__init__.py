@@ -1,0 +1,10 @@
+"""The worker side of what the notebook shows, and the messages it sends.
+
+    channel.py   the typed messages worker -> parent (Progress, Metrics, Health, Result,
+                 Failure) and the pipe's two ends
+    progress.py  tqdm in a worker: throttled Progress messages, bars drawn by the parent
+    live.py      Accelerator.log rows batched to the parent, the health thread
+    scalars.py   one number from what a user logs (the chart and the trackers share it)
+
+The launcher's parent side (``launch/display.py``, ``launch/charts.py``) draws them.
+"""

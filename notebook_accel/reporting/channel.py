@@ -1,0 +1,132 @@
+"""Typed messages from a worker to the parent, over one ``multiprocessing`` pipe per worker.
+
+    worker                                   parent
+    ------                                   ------
+    Progress(bar, n, total, desc, ...)  -->  display: draw/update a bar
+    Metrics(rows)   (rank 0's log() calls,  -->  display: the live chart (launch/charts.py)
+                     batched, ~4/s at most)
+    Health(rss, gpu, steps)  (~1/s)         -->  the panel's rank rows
+    Result(value, handle)               -->  collect, in rank order (large buffers
+                                             through shared memory, transport.py)
+    Failure(type, message, traceback,   -->  stop the other ranks, re-raise in the cell
+            exception, time)
+
+Output lines do not travel here: each worker's stdout/stderr file descriptors are pipes read by
+the parent (so that C code's writes are relayed too). Progress and Metrics carry the worker's
+output marks (bytes Python had written to stdout and stderr when it sent them), so the parent
+shows a rank's lines and bars in the order the worker produced them. Messages are small frozen
+dataclasses, pickled with the standard library; values and exceptions inside them are
+cloudpickled bytes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+__all__ = ["Progress", "Metrics", "Health", "Result", "Failure", "Message", "Sender", "receive"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress bar's state; ``closed`` marks its end."""
+
+    bar: int
+    n: float
+    total: float | None = None
+    desc: str = ""
+    unit: str = "it"
+    closed: bool = False
+    options: tuple[tuple[str, Any], ...] = ()
+
+
+# ---- live metrics and rank health (reporting/live.py sends them) ---------------------------
+@dataclass(frozen=True)
+class Metrics:
+    """Rows logged by ``Accelerator.log`` since the last message: ``(step, {name: value})``."""
+
+    rows: tuple[tuple[int, dict[str, float]], ...]
+
+
+@dataclass(frozen=True)
+class Health:
+    """A rank's vital signs: resident memory, GPU memory (or None), steps taken so far."""
+
+    rss: int  # bytes
+    gpu: int | None  # bytes allocated by torch on the rank's GPU
+    steps: int | None  # Accelerator.backward() calls, None without an Accelerator
+    time: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Result:
+    value: bytes  # the pickled return value (pickling.py), large buffers out of band
+    handle: Any = None  # where the transport put those buffers (transport.py); None: none
+
+
+@dataclass(frozen=True)
+class Failure:
+    type_name: str
+    message: str
+    traceback: str
+    exception: bytes | None  # cloudpickled exception, or None where it does not pickle
+    time: float = field(default_factory=time.time)
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> Failure:
+        kind = type(exc)
+        blob: bytes | None
+        try:
+            blob = cloudpickle.dumps(exc)
+            pickle.loads(blob)  # an exception that pickles but cannot be rebuilt is no use
+        except Exception:
+            blob = None
+        text = "".join(traceback.format_exception(exc))
+        return cls(f"{kind.__module__}.{kind.__qualname__}", str(exc), text, blob)
+
+
+Message = Progress | Metrics | Health | Result | Failure
+
+
+class Sender:
+    """The worker's end: send typed messages; never raises once the parent is gone."""
+
+    def __init__(
+        self, conn: Connection, marks: Callable[[], tuple[int, int]] | None = None
+    ) -> None:
+        self._conn = conn
+        self._marks = marks
+        # The health thread sends too: one message's bytes must not interleave with another's.
+        self._lock = threading.Lock()
+
+    def send(self, message: Message) -> bool:
+        # Bars and charts sit among the output lines: say how much output came before them.
+        marks = None
+        if self._marks is not None and isinstance(message, Progress | Metrics):
+            marks = self._marks()
+        data = pickle.dumps((marks, message), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            with self._lock:
+                self._conn.send_bytes(data)
+        except (OSError, ValueError):
+            return False
+        return True
+
+
+Marks = tuple[int, int] | None
+
+
+def receive(conn: Connection) -> tuple[Marks, Message]:
+    """The parent's end: read one message and its output marks (EOFError: the worker closed)."""
+    marks, message = pickle.loads(conn.recv_bytes())
+    if not isinstance(message, Progress | Metrics | Health | Result | Failure):
+        raise TypeError(f"unexpected message from a worker: {type(message).__name__}")
+    return marks, message

@@ -1,0 +1,1100 @@
+"""Accelerator: the thin facade a training function talks to, with accelerate's names.
+
+Each call is delegated: process facts to ``state``, precision to ``precision``, data to
+``data``, collectives to ``collectives``, checkpoints to ``checkpoint``. This module only keeps
+the list of prepared objects and the shared ``GradientState``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler
+from torch.utils.data import DataLoader
+from torch.utils.hooks import RemovableHandle
+
+from .. import env
+from ..errors import CheckpointError, ConfigError
+from ..options.deepspeed import DeepSpeedPlugin
+from ..options.fsdp import FsdpConfig
+from ..options.parallelism import ParallelismConfig
+from ..reporting import live
+from ..seeding import set_seed
+from . import collectives, strategies, tracking
+from .checkpoint import files as checkpoint_files
+from .checkpoint import folder as checkpoint
+from .data.config import DataLoaderConfiguration
+from .data.loader import DataLoaderShard, skip_first_batches
+from .data.rng import RNG_TYPES, synchronize_rng_states
+from .data.sharding import shard_data_loader
+from .handlers import (
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    collect,
+)
+from .memory import release_memory
+from .precision import check_precision, make_precision
+from .precision.modes import AutocastForward, MixedPrecision
+from .precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
+from .processes import PartialState
+from .project import ProjectConfiguration
+from .state import DistributedType, GradientState, ProcessState
+
+__all__ = ["Accelerator", "DistributedType"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+H = TypeVar("H", bound=KwargsHandler)
+_Params = torch.Tensor | Iterable[torch.Tensor]
+
+
+def _accumulation_steps(value: int | None) -> int:
+    if value is None:
+        value = int(env.launch_option("gradient_accumulation_steps") or 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError("gradient_accumulation_steps", value, "an int >= 1")
+    return value
+
+
+def _rng_types(value: list[str] | None) -> list[str]:
+    if value is None:
+        return ["generator"]
+    # accelerate's RNGType members are str enums: take their values.
+    names = [getattr(v, "value", v) for v in value] if isinstance(value, list | tuple) else None
+    if names is None or any(n not in RNG_TYPES for n in names):
+        raise ConfigError("rng_types", value, "a list of " + ", ".join(map(repr, RNG_TYPES)))
+    return [str(n) for n in names]
+
+
+class Accelerator:
+    """Device placement, data parallelism, mixed precision, accumulation and checkpoints.
+
+    Args:
+        device_placement: move prepared models and every batch to :attr:`device`.
+        split_batches: a loader's batch size is the global one, cut across processes
+            (default: every process gets the loader's batch size); also settable in
+            ``dataloader_config``.
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` (torchao float8 on GPUs
+            with compute capability >= 8.9, options in ``AORecipeKwargs``); ``None`` takes
+            the launcher's.
+        gradient_accumulation_steps: micro-batches per optimizer step; ``None`` takes the
+            launcher's (1 outside a launch).
+        cpu: train on the CPU even where a GPU exists.
+        even_batches: pad the end of each epoch so every process gets as many batches
+            (default True); also settable in ``dataloader_config``.
+        ddp_kwargs: extra keyword arguments for ``DistributedDataParallel`` (with those of a
+            ``DistributedDataParallelKwargs`` handler; the same key in both is refused).
+        fsdp: shard models with FSDP instead of DDP: an :class:`~notebook_accel.FsdpConfig`,
+            a dict of its fields or a strategy name; ``None`` takes the launcher's (off).
+        project_dir: where checkpoints and logs go (sets ``project_config.project_dir``).
+        project_config: a :class:`~notebook_accel.ProjectConfiguration`.
+        kwargs_handlers: option carriers for components, one of each kind:
+            ``DistributedDataParallelKwargs``, ``GradScalerKwargs``, ``InitProcessGroupKwargs``
+            (see :mod:`notebook_accel.training.handlers`).
+        dataloader_config: a :class:`~notebook_accel.DataLoaderConfiguration`
+            (how loaders are sharded: split, dispatch, even batches, seedable sampler...).
+        step_scheduler_with_optimizer: a prepared LR scheduler steps only with its optimizer,
+            ``num_processes`` times per optimizer step (once with ``split_batches``), as
+            accelerate does; ``False``: every ``scheduler.step()`` call steps it once.
+        rng_types: generators made equal to rank 0's at the start of each iteration of a
+            prepared loader: ``"torch"``, ``"cuda"``, ``"xla"``; ``"generator"`` (the default)
+            is the shuffle's, which every rank seeds alike in any case.
+        log_with: experiment trackers for :meth:`log`: ``"tensorboard"``, ``"mlflow"``,
+            ``"wandb"``, ``"trackio"``, ``"all"`` (every one installed), a list of them, or
+            :class:`~notebook_accel.training.tracking.GeneralTracker` instances.
+        deepspeed_plugin: train with DeepSpeed's ZeRO: a
+            :class:`~notebook_accel.DeepSpeedPlugin` (needs the ``deepspeed``
+            extra; not with ``fsdp``); ``None`` takes the launcher's (off). Prepare each model
+            with its optimizer in one ``prepare`` call.
+        parallelism_config: a :class:`~notebook_accel.ParallelismConfig`
+            (accelerate's mesh sizes): tensor parallelism alone, or FSDP/HSDP by
+            ``dp_shard_size``/``dp_replicate_size``; not with ``fsdp`` or DeepSpeed.
+
+    Example:
+        >>> accelerator = Accelerator()
+        >>> model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        >>> for x, y in loader:
+        ...     loss = torch.nn.functional.mse_loss(model(x), y)
+        ...     accelerator.backward(loss)
+        ...     optimizer.step()
+        ...     optimizer.zero_grad()
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool | None = None,
+        mixed_precision: MixedPrecision | None = None,
+        gradient_accumulation_steps: int | None = None,
+        cpu: bool = False,
+        even_batches: bool | None = None,
+        ddp_kwargs: dict[str, Any] | None = None,
+        fsdp: FsdpConfig | dict[str, Any] | str | None = None,
+        project_dir: str | os.PathLike[str] | None = None,
+        project_config: ProjectConfiguration | None = None,
+        kwargs_handlers: list[KwargsHandler] | None = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        rng_types: list[str] | None = None,
+        log_with: Any = None,
+        deepspeed_plugin: DeepSpeedPlugin | None = None,
+        parallelism_config: ParallelismConfig | None = None,
+    ) -> None:
+        # Validate every argument before joining a process group: errors come out clean.
+        if mixed_precision is None:
+            mixed_precision = env.launch_option("mixed_precision") or "no"  # type: ignore[assignment]
+        precision = check_precision(mixed_precision)
+        fsdp_config = FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
+        plugin = _deepspeed_plugin(deepspeed_plugin, fsdp_config)
+        if parallelism_config is None and env.launch_option("parallelism_config"):
+            fields = json.loads(env.launch_option("parallelism_config") or "{}")
+            parallelism_config = ParallelismConfig(**fields)
+        if parallelism_config is not None and not isinstance(parallelism_config, ParallelismConfig):
+            raise ConfigError("parallelism_config", parallelism_config, "a ParallelismConfig")
+        if gradient_accumulation_steps is None and plugin is not None:
+            gradient_accumulation_steps = plugin.accumulation_steps
+        steps = _accumulation_steps(gradient_accumulation_steps)
+        if project_config is not None and not isinstance(project_config, ProjectConfiguration):
+            raise ConfigError("project_config", project_config, "a ProjectConfiguration or None")
+        self.project_configuration = project_config or ProjectConfiguration()
+        if project_dir is not None:
+            self.project_configuration.set_directories(project_dir)
+        self._handlers = collect(kwargs_handlers)
+        self.log_with = tracking.resolve(log_with)  # [metrics] names checked before anything
+        self.dataloader_config = _data_config(dataloader_config, split_batches, even_batches)
+        if not isinstance(step_scheduler_with_optimizer, bool):
+            raise ConfigError(
+                "step_scheduler_with_optimizer", step_scheduler_with_optimizer, "True or False"
+            )
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = _rng_types(rng_types)
+        ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
+        clash = sorted(set(ddp_options) & set(ddp_kwargs or {}))
+        if clash:
+            raise ConfigError(
+                "ddp_kwargs",
+                {k: (ddp_kwargs or {})[k] for k in clash},
+                "keys not also set by the DistributedDataParallelKwargs handler",
+            )
+        group_options = self._handler_kwargs(InitProcessGroupKwargs)
+        self.state = dataclasses.replace(
+            ProcessState.from_environment(cpu=cpu, group_options=group_options),
+            deepspeed_plugin=plugin,
+        )
+        self._processes = PartialState.of(self.state)
+        # An XLA job's precision (graph cut per step, gradients averaged across device threads)
+        # follows the job's backend, whatever device object torch_xla hands out.
+        kind = "xla" if self.state.backend == "xla" else self.state.device.type
+        self.precision = make_precision(
+            precision,
+            kind,
+            self._handler_kwargs(GradScalerKwargs),
+            self._fp8_recipe(),
+            self.state.device,
+            loss_scaler=plugin is None,  # DeepSpeed scales fp16 losses itself (its config)
+        )
+        self.gradient_state = GradientState(accumulation_steps=steps)
+        self.device_placement = device_placement
+        self.ddp_kwargs = {**ddp_options, **(ddp_kwargs or {})}
+        # How models are spread over the processes: everything specific to DDP or FSDP
+        # lives in the strategy (notebook_accel/strategies/).
+        self._strategy = strategies.select(
+            self.state,
+            fsdp=fsdp_config,
+            ddp_kwargs=self.ddp_kwargs,
+            ddp_handler=self._handler(DistributedDataParallelKwargs),
+            deepspeed=plugin,
+            gradient_state=self.gradient_state,
+            mixed_precision=precision,
+            split_batches=self.dataloader_config.split_batches,
+            parallelism=parallelism_config,
+        )
+        self.deepspeed_plugin = plugin
+        self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
+        self.step = 0  # backward() calls, saved in checkpoints
+        self._objects = checkpoint.Stateful()
+        # OrderedDict: RemovableHandle keeps a weak reference, which a plain dict refuses.
+        self._save_state_pre_hooks: OrderedDict[int, Callable[..., None]] = OrderedDict()
+        self._load_state_pre_hooks: OrderedDict[int, Callable[..., None]] = OrderedDict()
+        # Parameters that moving a model replaced during the current prepare() call.
+        self._replaced: dict[int, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
+        self._shuffle_seed: int | None = None
+        launch_seed = env.launch_option("seed")
+        if launch_seed:
+            # A seed chosen at launch (argument, panel or config file) seeds every RNG, the
+            # same on each rank, as set_seed(seed) at the top of the function would.
+            set_seed(int(launch_seed))
+        # [metrics] trackers and the live chart (tracking.py, reporting/live.py)
+        self.trackers: list[tracking.GeneralTracker] = []
+        self._live = live.relay() if self.state.is_main_process else None
+        live.count_steps(lambda: self.step)
+
+    # ---- process facts -------------------------------------------------------------------
+    device = property(lambda self: self.state.device, doc="The device this process uses.")
+    num_processes = property(lambda self: self.state.world_size, doc="Processes in the job.")
+    process_index = property(lambda self: self.state.rank, doc="Global rank.")
+    local_process_index = property(lambda self: self.state.local_rank, doc="Rank on machine.")
+    is_main_process = property(lambda self: self.state.is_main_process, doc="Rank 0.")
+    is_local_main_process = property(
+        lambda self: self.state.is_local_main_process, doc="Local rank 0."
+    )
+    is_last_process = property(
+        lambda self: self.state.rank == self.state.world_size - 1, doc="The highest rank."
+    )
+    distributed_type = property(lambda self: self.state.distributed_type, doc="NO/MULTI_CPU/...")
+    use_distributed = property(lambda self: self.state.world_size > 1, doc="More than 1 rank.")
+    mixed_precision = property(lambda self: self.precision.name, doc="'no', 'fp16' or 'bf16'.")
+    scaler = property(lambda self: self.precision.scaler, doc="fp16's GradScaler, else None.")
+    sync_gradients = property(
+        lambda self: self.gradient_state.sync_gradients, doc="Does this micro-batch step?"
+    )
+    gradient_accumulation_steps = property(
+        lambda self: self.gradient_state.accumulation_steps, doc="Micro-batches per step."
+    )
+
+    project_dir = property(
+        lambda self: self.project_configuration.project_dir, doc="The run's folder, or None."
+    )
+    logging_dir = property(
+        lambda self: self.project_configuration.logging_dir, doc="Where trackers write."
+    )
+
+    split_batches = property(
+        lambda self: self.dataloader_config.split_batches, doc="Loaders cut global batches."
+    )
+    even_batches = property(
+        lambda self: self.dataloader_config.even_batches, doc="Last rounds are completed."
+    )
+    dispatch_batches = property(
+        lambda self: self.dataloader_config.dispatch_batches, doc="Main process reads data."
+    )
+    non_blocking = property(
+        lambda self: self.dataloader_config.non_blocking, doc="Asynchronous batch copies."
+    )
+    use_seedable_sampler = property(
+        lambda self: self.dataloader_config.use_seedable_sampler, doc="Seed+epoch shuffles."
+    )
+
+    def _handler(self, kind: type[H]) -> H | None:
+        """The ``kwargs_handlers`` entry of class ``kind``, if the user gave one."""
+        return self._handlers.get(kind)  # type: ignore[return-value]
+
+    def _handler_kwargs(self, kind: type[KwargsHandler]) -> dict[str, Any]:
+        """The options the user set in the ``kind`` handler (``{}`` without one)."""
+        handler = self._handler(kind)
+        return handler.to_kwargs() if handler is not None else {}
+
+    def _fp8_recipe(self) -> KwargsHandler | None:
+        """The user's AORecipeKwargs, found by name so that fp8.py loads only for fp8."""
+        return next((h for k, h in self._handlers.items() if k.__name__ == "AORecipeKwargs"), None)
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """Whether the last optimizer step was skipped (fp16 gradients overflowed)."""
+        return any(opt.step_was_skipped for opt in self._objects.optimizer)
+
+    # ---- prepare -------------------------------------------------------------------------
+    def prepare(self, *objects: Any) -> Any:
+        """Prepare models, optimizers, data loaders and LR schedulers; same order back.
+
+        Raises:
+            ConfigError: an object of another type (it names the argument's position).
+        """
+        handlers: list[tuple[type, Callable[[Any], Any]]] = [
+            (torch.nn.Module, self._prepare_model),
+            (torch.optim.Optimizer, self._prepare_optimizer),
+            (DataLoader, self._prepare_loader),
+            (LRScheduler, self._prepare_scheduler),
+        ]
+        done = (AcceleratedOptimizer, DataLoaderShard, AcceleratedScheduler)
+        plan: list[Callable[[Any], Any] | None] = []
+        for i, obj in enumerate(objects):
+            match = next((h for kind, h in handlers if isinstance(obj, kind)), None)
+            finished = isinstance(obj, done) or (
+                isinstance(obj, torch.nn.Module) and self._strategy.is_prepared(obj)
+            )
+            if match is None and not finished:
+                raise ConfigError(
+                    f"prepare() argument {i + 1}",
+                    type(obj).__name__,
+                    "a torch.nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader "
+                    "or torch.optim.lr_scheduler.LRScheduler",
+                )
+            plan.append(None if finished else match)
+        # Models first (moving one may replace its parameters, which the optimizers of this
+        # call must then follow); schedulers last (they must find their optimizer wrapped).
+        self._strategy.begin_prepare(objects)
+        rank = {self._prepare_model: 0, self._prepare_scheduler: 2}
+        out = list(objects)
+        order = sorted(range(len(objects)), key=lambda i: rank.get(plan[i], 1))  # type: ignore[arg-type]
+        self._replaced = {}
+        try:
+            for i in order:
+                handler = plan[i]
+                out[i] = objects[i] if handler is None else handler(objects[i])
+        finally:
+            self._replaced = {}  # drop the old parameters: nothing else may refer to them
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def _prepare_model(
+        self,
+        model: torch.nn.Module,
+        device_placement: bool | None = None,
+        evaluation_mode: bool = False,
+    ) -> torch.nn.Module:
+        before = list(model.parameters())
+        # fp8 swaps Linear layers (new Parameter objects): optimizers follow, as after .to().
+        sharded = self._strategy.shards_parameters and not evaluation_mode
+        model = self.precision.convert_model(model, sharded)
+        if self.device_placement if device_placement is None else device_placement:
+            model.to(self.device)
+        # On XLA (and with torch's overwrite-on-conversion flag) .to() makes new Parameter
+        # objects; an optimizer built on the model beforehand must step the new ones.
+        replaced = {
+            id(old): (old, new)
+            for old, new in zip(before, model.parameters(), strict=True)
+            if old is not new
+        }
+        if replaced and self._strategy.keeps_parameters:
+            self._replaced.update(replaced)
+            for opt in self._objects.optimizer:
+                _follow_parameters(opt.optimizer, replaced)
+        self.precision.wrap_forward(model)
+        if not evaluation_mode:  # inference only: device and precision, no wrapper
+            model = self._strategy.prepare_model(model)
+            for opt in self._objects.optimizer:  # optimizers prepared before their model
+                self._strategy.prepare_optimizer(opt.optimizer)
+        self._objects.model.append(model)
+        return model
+
+    def _prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> AcceleratedOptimizer:
+        if self._replaced:
+            _follow_parameters(optimizer, self._replaced)
+        self._strategy.prepare_optimizer(optimizer)
+        wrapped = self._strategy.wrap_optimizer(optimizer, self.precision, self.gradient_state)
+        self._objects.optimizer.append(wrapped)
+        return wrapped
+
+    def _prepare_scheduler(self, scheduler: LRScheduler) -> AcceleratedScheduler:
+        target = scheduler.optimizer  # the user's optimizer, or our wrapper if made after prepare
+        mine = [o for o in self._objects.optimizer if target in (o, o.optimizer)]
+        wrapped = AcceleratedScheduler(
+            scheduler,
+            mine,
+            num_processes=self.num_processes,
+            split_batches=self.split_batches,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+        )
+        self._objects.scheduler.append(wrapped)
+        return wrapped
+
+    def _prepare_loader(
+        self, loader: DataLoader[Any], device_placement: bool | None = None
+    ) -> DataLoaderShard:
+        config = self.dataloader_config
+        if self._shuffle_seed is None and config.use_seedable_sampler:
+            # Every rank must draw the same permutation: data_seed, the launch's seed, else
+            # rank 0's initial seed.
+            launch_seed = env.launch_option("seed")
+            seed = int(launch_seed) if launch_seed else torch.initial_seed()
+            if config.data_seed is not None:
+                seed = config.data_seed
+            self._shuffle_seed = int(collectives.broadcast_object_list([seed])[0])
+        shard = shard_data_loader(
+            loader,
+            self._strategy.data_state(),
+            self.gradient_state,
+            self._shuffle_seed or 0,
+            device_placement=self.device_placement
+            if device_placement is None
+            else device_placement,
+            config=config,
+        )
+        if any(name != "generator" for name in self.rng_types):
+            shard.synchronize_rng = functools.partial(synchronize_rng_states, self.rng_types)
+        self._objects.loader.append(shard)
+        return shard
+
+    # ---- training step -------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by the accumulation steps and scaled for fp16."""
+        self.step += 1
+        if self.gradient_state.accumulation_steps > 1 and not self._strategy.scales_loss:
+            loss = loss / self.gradient_state.accumulation_steps
+        self._strategy.backward(loss, self.precision, **kwargs)
+
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
+        """The mixed precision context (prepared models already run in it)."""
+        return self.precision.autocast()
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """Skip the gradient all-reduce inside the block (a no-op in one process)."""
+        with self._strategy.no_sync(model):
+            yield
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One micro-batch: gradients are all-reduced, and optimizers step, every N-th time.
+
+        Example:
+            >>> with accelerator.accumulate(model):
+            ...     accelerator.backward(loss_fn(model(x), y))
+            ...     optimizer.step()
+            ...     optimizer.zero_grad()
+        """
+        self.gradient_state.advance()
+        with contextlib.ExitStack() as stack:
+            if not self.gradient_state.sync_gradients:
+                for model in models or tuple(self._objects.model):
+                    stack.enter_context(self.no_sync(model))
+            yield
+
+    def unscale_gradients(
+        self, optimizer: torch.optim.Optimizer | list[torch.optim.Optimizer] | None = None
+    ) -> None:
+        """Divide fp16-scaled gradients back (once per step); a no-op for other precisions.
+
+        ``optimizer``: one optimizer or a list of them; default: every prepared optimizer.
+        """
+        if optimizer is None:
+            targets: list[Any] = list(self._objects.optimizer)
+        else:
+            targets = list(optimizer) if isinstance(optimizer, list | tuple) else [optimizer]
+        for opt in targets:
+            self.precision.unscale_(getattr(opt, "optimizer", opt))
+
+    def clip_grad_norm_(
+        self, parameters: _Params, max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip the gradients' norm on synchronising steps; return the norm.
+
+        Mid-accumulation the gradients are partial, so nothing is clipped and the partial norm
+        is returned.
+        """
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        grads = [p.grad for p in params if p.grad is not None]
+        if not self.sync_gradients:
+            return self._strategy.grad_norm(grads, norm_type)
+        self.unscale_gradients()
+        return self._strategy.clip_grad_norm_(params, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: _Params, clip_value: float) -> None:
+        """Clamp every gradient to ``[-clip_value, clip_value]`` on synchronising steps."""
+        if self.sync_gradients:
+            self.unscale_gradients()
+            torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # ---- collectives: the functions of ``collectives``, callable on the accelerator ---------
+    gather = staticmethod(collectives.gather)
+    reduce = staticmethod(collectives.reduce)
+    broadcast = staticmethod(collectives.broadcast)
+    pad_across_processes = staticmethod(collectives.pad_across_processes)
+    gather_object = staticmethod(collectives.gather_object)
+    split_between_processes = staticmethod(collectives.split_between_processes)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """:meth:`gather`, minus the samples that ``even_batches`` repeated at the epoch's end.
+
+        Data that is not all tensors (strings, numbers, mixed nests) goes through
+        :meth:`gather_object`, as in accelerate.
+        """
+        by_object = use_gather_object or not collectives.all_tensors(input_data)
+        data = collectives.gather_object(input_data) if by_object else self.gather(input_data)
+        keep = self.gradient_state.remainder
+        if not self.gradient_state.end_of_dataloader or keep < 0:
+            return data
+        if isinstance(data, list) and by_object:
+            return data[:keep]
+        return collectives.apply(lambda t: t[:keep], data)
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """The loader's next epoch without its first ``num_batches`` batches (for resuming).
+
+        Example:
+            >>> accelerator.load_state("ckpt")  # doctest: +SKIP
+            >>> for batch in accelerator.skip_first_batches(loader, resume_step):  # doctest: +SKIP
+            ...     ...
+        """
+        return skip_first_batches(dataloader, num_batches)
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(
+        self, joinables: list[Any], even_batches: bool | None = None
+    ) -> Iterator[None]:
+        """Train on uneven inputs with torch's ``Join`` (DDP shadows the finished ranks).
+
+        ``even_batches`` overrides the Accelerator's for the prepared map-style loaders inside
+        the block; Join is active when batches are not evened. Unlike accelerate, it works on
+        CPU (gloo) too. In one process it does nothing.
+
+        Example:
+            >>> with accelerator.join_uneven_inputs([model], even_batches=False):  # doctest: +SKIP
+            ...     for x, y in loader:
+            ...         ...
+        """
+        if self.num_processes == 1:
+            yield
+            return
+        from torch.distributed.algorithms.join import Join
+
+        loaders = list(self._objects.loader)
+        before = [loader.even_batches for loader in loaders]
+        if even_batches is not None:
+            for loader in loaders:
+                loader.even_batches = even_batches
+        else:
+            even_batches = self.even_batches
+        try:
+            with Join(joinables, enable=not even_batches, throw_on_early_termination=False):
+                yield
+        finally:
+            for loader, value in zip(loaders, before, strict=True):
+                loader.even_batches = value
+
+    # ---- processes: delegated to a PartialState over this Accelerator's state --------------
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on each machine's local main process only (as accelerate does)."""
+        self._processes.print(*args, **kwargs)
+
+    def wait_for_everyone(self) -> None:
+        """Barrier across all processes."""
+        self.state.barrier()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Run the block on the main process first (e.g. a download), then on the others."""
+        return self._processes.main_process_first()
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Run the block on each machine's local main process first, then on the others."""
+        return self._processes.local_main_process_first()
+
+    def on_main_process(self, function: F | None = None) -> F:
+        """Decorator: run ``function`` on the main process only (``None`` elsewhere)."""
+        return self._processes.on_main_process(function)
+
+    def on_local_main_process(self, function: F | None = None) -> F:
+        """Decorator: run ``function`` on each machine's local main process only."""
+        return self._processes.on_local_main_process(function)
+
+    def on_last_process(self, function: F | None = None) -> F:
+        """Decorator: run ``function`` on the last process only."""
+        return self._processes.on_last_process(function)
+
+    def on_process(self, function: F | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run ``function`` on rank ``process_index`` only.
+
+        Example:
+            >>> @accelerator.on_process(process_index=1)  # doctest: +SKIP
+            ... def report():
+            ...     print("rank 1 here")
+        """
+        return self._processes.on_process(function, process_index)
+
+    def on_local_process(
+        self, function: F | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` on local rank ``local_process_index`` of each machine."""
+        return self._processes.on_local_process(function, local_process_index)
+
+    def end_training(self) -> None:
+        """End the trackers, wait for every process, leave the group this Accelerator made."""
+        for tracker in self.trackers:
+            tracker.finish()
+        self.trackers = []
+        if self._live is not None:
+            self._live.flush()
+        self.wait_for_everyone()
+        self._strategy.end()
+        if self.state.created_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    # ---- one object at a time: accelerate's prepare_* (prepare() does all of them) ---------
+    def prepare_model(
+        self,
+        model: torch.nn.Module,
+        device_placement: bool | None = None,
+        evaluation_mode: bool = False,
+    ) -> torch.nn.Module:
+        """Prepare one model: device, mixed precision, and DDP/FSDP unless ``evaluation_mode``.
+
+        Args:
+            model: the module.
+            device_placement: move it to :attr:`device` (default: the Accelerator's setting).
+            evaluation_mode: inference only: no DDP or FSDP wrapper, autocast still applies.
+        """
+        already = any(model is m for m in self._objects.model)
+        if already or self._strategy.is_prepared(model):
+            return model
+        self._replaced = {}
+        try:
+            return self._prepare_model(model, device_placement, evaluation_mode)
+        finally:
+            self._replaced = {}
+
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> AcceleratedOptimizer:
+        """Prepare one optimizer (prepare its model first). ``device_placement`` is accepted
+        for accelerate's signature: the optimizer's state follows its parameters anyway."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        return self._prepare_optimizer(optimizer)
+
+    def prepare_data_loader(
+        self,
+        data_loader: DataLoader[Any],
+        device_placement: bool | None = None,
+        slice_fn_for_dispatch: Callable[..., Any] | None = None,
+    ) -> DataLoaderShard:
+        """Prepare one data loader; ``device_placement`` overrides the Accelerator's setting.
+
+        ``slice_fn_for_dispatch`` is accepted for accelerate's signature and unused: dispatched
+        batches (``DataLoaderConfiguration.dispatch_batches``) are cut along their first
+        dimension.
+        """
+        if isinstance(data_loader, DataLoaderShard):
+            return data_loader
+        return self._prepare_loader(data_loader, device_placement)
+
+    def prepare_scheduler(self, scheduler: LRScheduler) -> AcceleratedScheduler:
+        """Prepare one LR scheduler (prepare its optimizer first)."""
+        if isinstance(scheduler, AcceleratedScheduler):
+            return scheduler
+        return self._prepare_scheduler(scheduler)
+
+    # ---- triggers, gradient sync on demand, memory ------------------------------------------
+    def set_trigger(self) -> None:
+        """Raise this process's flag; the next :meth:`check_trigger` sees it on every process.
+
+        Example:
+            >>> if not torch.isfinite(loss):  # doctest: +SKIP
+            ...     accelerator.set_trigger()
+            >>> if accelerator.check_trigger():  # every process, same step  # doctest: +SKIP
+            ...     break
+        """
+        self.flag_tensor = torch.tensor(1, device=self.device)
+
+    def check_trigger(self) -> bool:
+        """True on every process if any process called :meth:`set_trigger`; then reset.
+
+        A collective: call it on every process at the same point.
+        """
+        if self.flag_tensor is None:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+        raised = int(collectives.reduce(self.flag_tensor, "sum").item()) >= 1
+        if raised:
+            self.flag_tensor = torch.tensor(0, device=self.device)
+        return raised
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> Iterator[None]:
+        """All-reduce gradients in the next backward, though its forward ran under ``no_sync``.
+
+        For several forward passes under :meth:`no_sync` followed by their backward passes: the
+        last backward, inside this block, synchronises all the accumulated gradients. A no-op
+        for a model that the strategy does not wrap (FSDP included).
+
+        Example:
+            >>> with accelerator.no_sync(model):  # doctest: +SKIP
+            ...     loss_a, loss_b = loss_fn(model(a)), loss_fn(model(b))
+            >>> accelerator.backward(loss_a)  # doctest: +SKIP
+            >>> with accelerator.trigger_sync_in_backward(model):  # doctest: +SKIP
+            ...     accelerator.backward(loss_b)
+        """
+        with self._strategy.trigger_sync_in_backward(model):
+            yield
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget every prepared model, optimizer, loader and scheduler, collect garbage and
+        empty the device cache; returns a ``None`` per argument, to reassign.
+
+        Call it between two trainings in one session (objects registered with
+        :meth:`register_for_checkpointing` are kept, as under accelerate). Resets :attr:`step`.
+
+        Example:
+            >>> model, optimizer = accelerator.free_memory(model, optimizer)  # doctest: +SKIP
+        """
+        for kind in ("model", "optimizer", "loader", "scheduler"):
+            getattr(self._objects, kind).clear()
+        self.precision.forget()
+        self.step = 0
+        return release_memory(*objects)
+
+    def clear(self, *objects: Any) -> list[None]:
+        """Alias of :meth:`free_memory`."""
+        return self.free_memory(*objects)
+
+    # ---- trackers and the live chart (tracking.py, reporting/live.py) ----------------------------
+    def init_trackers(
+        self,
+        project_name: str,
+        config: dict[str, Any] | None = None,
+        init_kwargs: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Start the trackers of ``log_with`` on the main process, for ``project_name``.
+
+        Args:
+            project_name: the run's name (TensorBoard's sub-folder, MLflow's experiment,
+                the W&B and trackio project).
+            config: hyperparameters to record with the run.
+            init_kwargs: per tracker name, keyword arguments for its library's start call
+                (``{"wandb": {"tags": [...]}}``).
+
+        Example:
+            >>> accelerator = Accelerator(log_with="tensorboard", project_dir="runs")
+            >>> accelerator.init_trackers("exp1", config={"lr": 3e-4})
+            >>> accelerator.log({"loss": 0.25}, step=1)
+        """
+        if not self.is_main_process:
+            return
+        for wanted in self.log_with:
+            tracker = tracking.make(wanted, project_name, self.logging_dir, init_kwargs or {})
+            self.trackers.append(tracker)
+            if config is not None:
+                tracker.store_init_configuration(config)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name`` (``unwrap=True``: the library's own object).
+
+        On the other processes a blank tracker whose methods do nothing, as in accelerate.
+
+        Raises:
+            ConfigError: no tracker of that name was started.
+        """
+        if not self.is_main_process:
+            return tracking.GeneralTracker(_blank=True)
+        for tracker in self.trackers:
+            if tracker.name == name:
+                return tracker.tracker if unwrap else tracker
+        started = [t.name for t in self.trackers] or "none started"
+        raise ConfigError("get_tracker(name)", name, f"one of the started trackers: {started}")
+
+    def log(
+        self,
+        values: dict[str, Any],
+        step: int | None = None,
+        log_kwargs: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Log ``values`` at ``step`` to every tracker, and to the live chart in the notebook.
+
+        Main process only (a no-op elsewhere). In a launch, the values also reach the cell's
+        chart and :func:`notebook_accel.last_metrics`.
+        """
+        # Called every iteration in many loops: a few attribute loads when there is no tracker.
+        if self.trackers:
+            for tracker in self.trackers:
+                tracker.log(values, step=step, **(log_kwargs or {}).get(tracker.name, {}))
+        live_ = self._live
+        if live_ is not None:
+            live_.add(step, values)
+
+    # ---- models and checkpoints ----------------------------------------------------------
+    def unwrap_model(
+        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
+    ) -> torch.nn.Module:
+        """The user's module, without DDP (and without the autocast forward if asked)."""
+        inner = self._strategy.unwrap(model)
+        if not keep_fp32_wrapper:
+            AutocastForward.remove(inner)
+        return inner
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        """The model's state dict (of the unwrapped module by default).
+
+        An FSDP model's is gathered whole on the main process (``{}`` elsewhere): call it on
+        every process.
+        """
+        return self._strategy.model_state_dict(model, unwrap=unwrap)
+
+    def _writes_files(self) -> bool:
+        """Whether this process writes shared files: the main process, or with
+        ``save_on_each_node`` each machine's local main process (as accelerate)."""
+        on_each_node = self.project_configuration.save_on_each_node
+        return self.is_main_process or (on_each_node and self.is_local_main_process)
+
+    def save(
+        self, obj: Any, f: str | os.PathLike[str] | IO[bytes], safe_serialization: bool = False
+    ) -> None:
+        """``torch.save`` from the main process only (each machine's with ``save_on_each_node``).
+
+        Args:
+            obj: what to save.
+            f: a path (written atomically) or an open binary file.
+            safe_serialization: write a dict of tensors as safetensors instead of a pickle.
+
+        No process waits for another, so it may be called on the main process alone.
+        """
+        if self._writes_files():
+            if safe_serialization:
+                checkpoint_files.save_weights_file(obj, f, safe=True)
+            else:
+                checkpoint_files.save_object(obj, f)
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: str | os.PathLike[str],
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> Path:
+        """Write the unwrapped weights to ``save_directory/model.safetensors`` (main process).
+
+        Larger than ``max_shard_size`` (``"10GB"``, ``"500MB"`` or bytes): shards
+        ``model-00001-of-0000N.safetensors`` and ``model.safetensors.index.json``, as
+        accelerate and transformers write them. ``safe_serialization=False`` writes
+        ``pytorch_model.bin``. An FSDP model is gathered first: call it on every process then.
+
+        Returns:
+            The weights file (the index file when sharded).
+
+        Raises:
+            ConfigError: ``save_directory`` is a file, or ``max_shard_size`` is not a size.
+        """
+        folder = Path(save_directory)
+        if folder.is_file():
+            raise ConfigError("save_directory", os.fspath(save_directory), "a folder, not a file")
+        checkpoint_files.parse_size(max_shard_size)  # bad input fails on every process
+        weights = self.get_state_dict(model)
+        written: list[Path] = []
+        if self._writes_files() and (weights or self.is_main_process):
+            written = checkpoint_files.save_model_files(
+                weights, folder, safe_serialization, max_shard_size
+            )
+        name = "model.safetensors" if safe_serialization else "pytorch_model.bin"
+        return written[-1] if len(written) > 1 else folder / name
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Also save/load these objects (anything with ``state_dict``/``load_state_dict``)."""
+        for i, obj in enumerate(objects):
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                raise ConfigError(
+                    f"register_for_checkpointing() argument {i + 1}",
+                    type(obj).__name__,
+                    "an object with state_dict() and load_state_dict()",
+                )
+            self._objects.custom.append(obj)
+
+    def register_save_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in :meth:`save_state` before writing.
+
+        ``models`` are the prepared models, ``weights`` their state dicts (the ones that will
+        be written as ``model[_i].safetensors``) and ``output_dir`` the folder, as a string.
+        A hook that saves a model its own way removes its entry from ``weights``.
+
+        Returns:
+            A handle; ``handle.remove()`` unregisters the hook.
+        """
+        handle = RemovableHandle(self._save_state_pre_hooks)
+        self._save_state_pre_hooks[handle.id] = hook
+        return handle
+
+    def register_load_state_pre_hook(self, hook: Callable[..., None]) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in :meth:`load_state` before reading.
+
+        A hook that loads a model its own way removes it from ``models``; the others are
+        loaded from ``model.safetensors``, ``model_1.safetensors``... in order.
+
+        Returns:
+            A handle; ``handle.remove()`` unregisters the hook.
+        """
+        handle = RemovableHandle(self._load_state_pre_hooks)
+        self._load_state_pre_hooks[handle.id] = hook
+        return handle
+
+    def _checkpoint_folder(self) -> Path:
+        """``project_dir/checkpoints/checkpoint_<iteration>``, pruned to ``total_limit``."""
+        config = self.project_configuration
+        folder = config.next_checkpoint()
+        if self._writes_files():
+            config.make_room()
+            if folder.exists():
+                raise ConfigError(
+                    "project_config.iteration",
+                    config.iteration,
+                    f"the number of a checkpoint not yet in {config.checkpoints_dir}",
+                    "Set accelerator.project_configuration.iteration to the next free number.",
+                )
+        return folder
+
+    def save_state(
+        self,
+        output_dir: str | os.PathLike[str] | None = None,
+        safe_serialization: bool = True,
+        **save_model_func_kwargs: Any,
+    ) -> Path:
+        """Checkpoint everything prepared, the step counters and every rank's RNG states.
+
+        Written in accelerate's file layout (``model.safetensors``, ``optimizer.bin``,
+        ``random_states_<rank>.pkl``...) to a temporary folder renamed into place: a crash
+        keeps the previous checkpoint. May be called on the main process alone (the other
+        ranks' random states are then not saved). With
+        ``ProjectConfiguration(automatic_checkpoint_naming=True)`` the folder is
+        ``project_dir/checkpoints/checkpoint_<iteration>`` (``output_dir`` is ignored) and
+        at most ``total_limit`` such folders are kept.
+
+        Args:
+            output_dir: the checkpoint folder.
+            safe_serialization: weights as safetensors (else ``pytorch_model.bin``).
+            save_model_func_kwargs: accepted for accelerate's signature (DeepSpeed's options);
+                unused.
+
+        Raises:
+            ConfigError: no folder given and automatic naming off, or the automatic folder
+                exists already.
+        """
+        config = self.project_configuration
+        if config.automatic_checkpoint_naming:
+            folder = self._checkpoint_folder()
+        elif output_dir is None:
+            raise ConfigError(
+                "output_dir",
+                None,
+                "a folder (or ProjectConfiguration(automatic_checkpoint_naming=True))",
+            )
+        else:
+            folder = Path(output_dir)
+        objects, sharded = self._strategy.checkpoint_parts(self._objects)
+        models = list(self._objects.model)
+        weights = [] if sharded else [self.unwrap_model(m).state_dict() for m in models]
+        for hook in list(self._save_state_pre_hooks.values()):
+            hook(models, weights, os.fspath(folder))
+        scaler = self.scaler.state_dict() if self.scaler is not None else None
+        path = checkpoint.save_state(
+            folder,
+            self.state,
+            objects,
+            weights,
+            {"step": self.step, "micro_step": self.gradient_state.micro_step},
+            scaler=scaler,
+            write_sharded=sharded.save if sharded else None,
+            on_each_node=config.save_on_each_node,
+            safe=safe_serialization,
+        )
+        config.iteration += 1
+        return path
+
+    def load_state(
+        self,
+        input_dir: str | os.PathLike[str] | None = None,
+        load_kwargs: dict[str, Any] | None = None,
+        **load_model_func_kwargs: Any,
+    ) -> None:
+        """Restore what :meth:`save_state` (ours or accelerate's) wrote; prepare the same
+        objects first.
+
+        Without ``input_dir``, automatic checkpoint naming loads the newest
+        ``checkpoint_<n>``, and later saves continue from ``checkpoint_<n+1>``.
+
+        Args:
+            input_dir: the checkpoint folder.
+            load_kwargs: accepted for accelerate's signature; unused.
+            load_model_func_kwargs: accepted for accelerate's signature; unused.
+
+        Raises:
+            CheckpointError: a file is missing or does not match (it names the file).
+            ConfigError: no folder given and automatic naming off.
+        """
+        config = self.project_configuration
+        if input_dir is None:
+            if not config.automatic_checkpoint_naming:
+                raise ConfigError(
+                    "input_dir",
+                    None,
+                    "a folder (or ProjectConfiguration(automatic_checkpoint_naming=True))",
+                )
+            latest = config.latest_checkpoint()
+            if latest is None:
+                raise CheckpointError(config.checkpoints_dir, "holds no checkpoint_<n> folder")
+            input_dir = latest
+            config.iteration = max(config.iteration, int(latest.name.rsplit("_", 1)[1]) + 1)
+        objects, sharded = self._strategy.checkpoint_parts(self._objects, input_dir)
+        models = list(objects.model)
+        for hook in list(self._load_state_pre_hooks.values()):
+            hook(models, os.fspath(input_dir))
+        progress = checkpoint.load_state(
+            input_dir,
+            self.state,
+            dataclasses.replace(objects, model=models),
+            read_sharded=sharded.load if sharded else None,
+            scaler=self.scaler,
+        )
+        self.step = progress["step"]
+        self.gradient_state.micro_step = progress["micro_step"]
+
+    def __repr__(self) -> str:
+        return (
+            f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
+            f"mixed_precision={self.mixed_precision!r})"
+        )
+
+
+def _deepspeed_plugin(value: object, fsdp: FsdpConfig | None) -> DeepSpeedPlugin | None:
+    """The plugin given, or the launch's (``notebook_launcher(deepspeed=...)``), checked
+    before any process group work: a DeepSpeedPlugin, not with FSDP, package installed."""
+    if value is None:
+        option = env.launch_option("deepspeed")
+        value = DeepSpeedPlugin(**json.loads(option)) if option else None
+    if value is None:
+        return None
+    if not isinstance(value, DeepSpeedPlugin):
+        raise ConfigError("deepspeed_plugin", value, "a DeepSpeedPlugin or None")
+    if fsdp:
+        raise ConfigError(
+            "deepspeed_plugin",
+            "together with fsdp",
+            "one of deepspeed_plugin= and fsdp=",
+            "DeepSpeed's ZeRO and FSDP both shard the model; pick one.",
+        )
+    from .strategies.deepspeed import require_deepspeed
+
+    require_deepspeed()
+    return value
+
+
+def _data_config(
+    config: DataLoaderConfiguration | None, split_batches: bool | None, even_batches: bool | None
+) -> DataLoaderConfiguration:
+    """One DataLoaderConfiguration from ``dataloader_config`` or the two direct arguments."""
+    if config is not None and not isinstance(config, DataLoaderConfiguration):
+        raise ConfigError("dataloader_config", config, "a DataLoaderConfiguration or None")
+    if config is not None and (split_batches is not None or even_batches is not None):
+        raise ConfigError(
+            "split_batches/even_batches",
+            (split_batches, even_batches),
+            "None when dataloader_config is given",
+            "Set them in the DataLoaderConfiguration.",
+        )
+    if config is not None:
+        return config
+    return DataLoaderConfiguration(
+        split_batches=False if split_batches is None else split_batches,
+        even_batches=True if even_batches is None else even_batches,
+    )
+
+
+def _follow_parameters(
+    optimizer: torch.optim.Optimizer,
+    replaced: dict[int, tuple[torch.nn.Parameter, torch.nn.Parameter]],
+) -> None:
+    """Point ``optimizer`` (its groups and its state) at the parameters that replaced old ones."""
+    for group in optimizer.param_groups:
+        group["params"] = [replaced[id(p)][1] if id(p) in replaced else p for p in group["params"]]
+    for key in list(optimizer.state):
+        if id(key) in replaced:
+            new = replaced[id(key)][1]
+            moved = {
+                k: v.to(new.device) if isinstance(v, torch.Tensor) and v.dim() else v
+                for k, v in optimizer.state.pop(key).items()
+            }
+            optimizer.state[new] = moved

@@ -1,0 +1,109 @@
+"""What ``Accelerator.prepare`` does to a DataLoader: the shard of this process.
+
+shard_data_loader(loader, state, ...)
+  IterableDataset -> iterable.py (main-process dispatch, or a per-rank IterableShard)
+  else            -> rounds.py's ShardSampler over the loader's (seedable) batches,
+                     randomness.py's epoch draws, loader.py's rebuilt DataLoader inside a
+                     DataLoaderShard
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
+
+from ...errors import ConfigError
+from ..state import GradientState, ProcessState
+from .config import DataLoaderConfiguration
+from .iterable import shard_iterable_loader
+from .loader import DataLoaderShard, rebuild
+from .randomness import SeedableRandomSampler, epoch_randomness, samplers_of
+from .rounds import ShardSampler
+
+__all__ = ["shard_data_loader"]
+
+
+def shard_data_loader(
+    source: DataLoader[Any],
+    state: ProcessState,
+    gradients: GradientState,
+    seed: int,
+    split_batches: bool = False,
+    even_batches: bool = True,
+    device_placement: bool = True,
+    config: DataLoaderConfiguration | None = None,
+) -> DataLoaderShard:
+    """Wrap ``source`` so this process iterates its own shard (see the module docstring).
+
+    ``config`` (a :class:`DataLoaderConfiguration`) wins over ``split_batches`` and
+    ``even_batches``; ``seed`` is the shuffle seed of ``use_seedable_sampler``.
+
+    Raises:
+        ConfigError: ``split_batches`` with a batch size the process count does not divide.
+    """
+    config = config or DataLoaderConfiguration(
+        split_batches=split_batches, even_batches=even_batches
+    )
+    batch_size = source.batch_size
+    sampler_is_batch_sampler = source.batch_sampler is None and isinstance(
+        source.sampler, BatchSampler
+    )
+    if batch_size is None:
+        batch_size = getattr(source.batch_sampler or source.sampler, "batch_size", None)
+    if config.split_batches and batch_size is not None and batch_size % state.world_size:
+        raise ConfigError(
+            "split_batches",
+            True,
+            f"a batch_size divisible by num_processes={state.world_size}",
+            f"The loader's batch_size is {batch_size}.",
+        )
+    device = state.device if device_placement else None
+    if isinstance(source.dataset, IterableDataset):
+        return shard_iterable_loader(source, state, gradients, config, device, batch_size)
+    if source.batch_sampler is None and not sampler_is_batch_sampler:
+        raise ConfigError(
+            "DataLoader(batch_size=None)",
+            None,
+            "a loader that batches (batch_size >= 1, a batch_sampler, or a BatchSampler as "
+            "its sampler)",
+        )
+    batches: Any = source.sampler if sampler_is_batch_sampler else source.batch_sampler
+    drop_last = bool(getattr(batches, "drop_last", source.drop_last))
+    samplers = samplers_of(source)
+    random = source.sampler if isinstance(source.sampler, RandomSampler) else None
+    if config.use_seedable_sampler and random is not None:
+        if config.data_seed is not None:
+            seed = config.data_seed
+        seedable = SeedableRandomSampler(
+            random.data_source,
+            seed,
+            replacement=random.replacement,
+            num_samples=random._num_samples,
+        )
+        batches = BatchSampler(seedable, batch_size or 1, drop_last)
+        samplers = [seedable]
+    randomness = epoch_randomness(source, samplers, state)
+    shards = ShardSampler(
+        batches,
+        state.world_size,
+        state.rank,
+        batch_size,
+        config.split_batches,
+        config.even_batches,
+        drop_last,
+        randomness,
+    )
+    loader = rebuild(source, shards, sampler_is_batch_sampler)
+    return DataLoaderShard(
+        loader,
+        source,
+        shards,
+        randomness,
+        seed,
+        device,
+        gradients,
+        non_blocking=config.non_blocking,
+        world=state.world_size,
+        split_batches=config.split_batches,
+    )

@@ -1,0 +1,269 @@
+"""Process state: where this process sits in the job, and the process group it belongs to.
+
+    env.read_distributed()  ->  rank, local rank, world size   (our launcher, torchrun, SLURM,
+    env.launch_option(...) ->  device type, backend             or nothing: a single process)
+                     |
+                     v
+    ProcessState.from_environment(cpu=...)
+        world > 1 and no group yet -> torch.distributed.init_process_group(backend, "env://")
+        world > 1 and a group      -> reuse it (a second Accelerator in the same process)
+
+``GradientState`` is the small mutable record that the optimizer wrappers, the data loaders and
+``Accelerator.accumulate`` share: whether this step synchronises gradients, and whether the
+active data loader is on its last batch (and how many of that batch's samples are real).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .. import env
+from ..errors import ConfigError
+
+__all__ = ["DistributedType", "ProcessState", "GradientState"]
+
+
+class DistributedType(enum.StrEnum):
+    """How the job is distributed; compares equal to accelerate's names (``"MULTI_CPU"``...).
+
+    Example:
+        >>> DistributedType.MULTI_CPU == "MULTI_CPU"
+        True
+    """
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+    XLA = "XLA"
+
+
+# One table instead of a ladder: device type -> (default backend, distributed type when world>1).
+_DEVICE_KINDS: dict[str, tuple[str, DistributedType]] = {
+    "cpu": ("gloo", DistributedType.MULTI_CPU),
+    "cuda": ("nccl", DistributedType.MULTI_GPU),
+    "mps": ("gloo", DistributedType.MULTI_CPU),
+    "xla": ("xla", DistributedType.XLA),
+}
+
+
+def _auto_device_type() -> str:
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _device_for(device_type: str, local_rank: int) -> torch.device:
+    if device_type == "cuda":
+        # One GPU per local rank; set_device also makes NCCL pick the right card.
+        index = local_rank % max(torch.cuda.device_count(), 1)
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    if device_type == "xla":
+        import torch_xla
+
+        return torch.device(torch_xla.device())
+    return torch.device(device_type)
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """This process's rank, world, device and backend; built once per Accelerator.
+
+    Attributes:
+        rank: global rank (0 in a single process).
+        local_rank: rank on this machine.
+        world_size: number of processes in the job.
+        local_world_size: number of processes on this machine.
+        device: the device this process trains on.
+        backend: the torch.distributed backend (``"gloo"``, ``"nccl"``, ``"xla"``).
+        distributed_type: ``DistributedType.NO`` for a single process.
+        created_group: whether this state initialised the default process group.
+        deepspeed_plugin: the Accelerator's DeepSpeedPlugin (accelerate's
+            ``accelerator.state.deepspeed_plugin``), else ``None``.
+
+    Example:
+        >>> state = ProcessState.from_environment(cpu=True)
+        >>> state.world_size, state.device.type
+        (1, 'cpu')
+    """
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+    distributed_type: DistributedType
+    created_group: bool = False
+    deepspeed_plugin: Any = None
+
+    @classmethod
+    def from_environment(
+        cls, cpu: bool = False, group_options: dict[str, Any] | None = None
+    ) -> ProcessState:
+        """Read the job's variables, pick the device and join the process group if needed.
+
+        ``group_options`` (``InitProcessGroupKwargs``): ``backend``, ``init_method`` and
+        ``timeout`` for ``init_process_group`` when this call creates the group.
+        """
+        options = dict(group_options or {})
+        device_type = "cpu" if cpu else (env.launch_option("device_type") or _auto_device_type())
+        job = _xla_job() if device_type == "xla" else env.read_distributed()
+        if device_type not in _DEVICE_KINDS:
+            raise ConfigError(
+                "NOTEBOOK_ACCEL_DEVICE_TYPE", device_type, "one of " + ", ".join(_DEVICE_KINDS)
+            )
+        default_backend, multi_type = _DEVICE_KINDS[device_type]
+        # cpu=True must win over a launcher that chose CUDA: NCCL cannot move CPU tensors.
+        backend = default_backend if cpu else (env.launch_option("backend") or default_backend)
+        backend = options.pop("backend", None) or backend
+        device = _device_for(device_type, job.local_rank)
+        created = _join_group(backend, job, options) if job.world_size > 1 else False
+        return cls(
+            rank=job.rank,
+            local_rank=job.local_rank,
+            world_size=job.world_size,
+            local_world_size=job.local_world_size,
+            device=device,
+            backend=backend,
+            distributed_type=multi_type if job.world_size > 1 else DistributedType.NO,
+            created_group=created,
+        )
+
+    @property
+    def is_main_process(self) -> bool:
+        """True on global rank 0."""
+        return self.rank == 0
+
+    # accelerate's names, for code that reads ``accelerator.state.<name>``.
+    process_index = property(lambda self: self.rank, doc="Global rank (accelerate's name).")
+    local_process_index = property(lambda self: self.local_rank, doc="Rank on this machine.")
+    num_processes = property(lambda self: self.world_size, doc="Processes in the job.")
+    use_distributed = property(lambda self: self.world_size > 1, doc="More than one process.")
+    is_last_process = property(lambda self: self.rank == self.world_size - 1, doc="Last rank.")
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """True on local rank 0 of each machine."""
+        return self.local_rank == 0
+
+    @property
+    def has_group(self) -> bool:
+        """Whether a torch.distributed process group joins the ranks.
+
+        Not where one process drives several XLA devices from threads (TPU v2/v3, torch_xla's
+        CPU runtime): there the ranks meet through torch_xla's own collectives.
+        """
+        return self.world_size > 1 and dist.is_available() and dist.is_initialized()
+
+    def barrier(self) -> None:
+        """Wait until every process gets here (a no-op in a single process)."""
+        if self.has_group:
+            dist.barrier()
+        elif self.world_size > 1:
+            import torch_xla.core.xla_model as xm
+
+            xm.rendezvous("notebook_accel.barrier")
+
+
+def _xla_job() -> env.DistributedEnv:
+    """Rank and world from torch_xla, not the environment.
+
+    torch_xla's launch sets no RANK/WORLD_SIZE, and where one process drives several devices
+    (a thread each: TPU v2/v3, the CPU runtime) the environment is shared by those threads;
+    torch_xla knows each thread's ordinal.
+    """
+    import torch_xla.runtime as xr
+
+    return env.DistributedEnv(
+        rank=xr.global_ordinal(),
+        local_rank=xr.local_ordinal(),
+        world_size=xr.world_size(),
+        local_world_size=xr.local_device_count(),
+        master_addr=None,
+        master_port=None,
+        launched_by_us=env.launch_option("launched") == "1",
+    )
+
+
+def _join_group(
+    backend: str, job: env.DistributedEnv, options: dict[str, Any] | None = None
+) -> bool:
+    """Join (or reuse) the default process group; True when this call created it."""
+    if backend == "xla":
+        return _join_xla_group()
+    if dist.is_initialized():
+        if dist.get_world_size() != job.world_size:
+            raise ConfigError(
+                "WORLD_SIZE",
+                job.world_size,
+                f"the size of the existing process group ({dist.get_world_size()})",
+            )
+        return False
+    options = dict(options or {})
+    init_method = options.pop("init_method", None) or "env://"
+    if init_method == "env://" and (job.master_addr is None or job.master_port is None):
+        raise ConfigError(
+            "MASTER_ADDR/MASTER_PORT",
+            (job.master_addr, job.master_port),
+            "an address and a port when WORLD_SIZE > 1",
+            "Start the function with notebook_launcher(), torchrun, or set both variables.",
+        )
+    # Rank and world are passed explicitly so SLURM-style jobs (no RANK variable) work too;
+    # env:// still reads MASTER_ADDR/PORT and, under our launcher, uses the parent's store.
+    dist.init_process_group(
+        backend, init_method=init_method, rank=job.rank, world_size=job.world_size, **options
+    )
+    return True
+
+
+def _join_xla_group() -> bool:
+    """The ``xla`` process group, where each process drives one device (TPU v4 and later).
+
+    torch.distributed has one default group per process, so a process that drives several
+    devices from threads cannot give each its own rank; collectives.py then uses torch_xla's
+    own collectives instead.
+    """
+    import torch_xla.distributed.xla_backend  # noqa: F401  (registers the "xla" backend)
+    import torch_xla.runtime as xr
+
+    if dist.is_initialized() or xr.addressable_device_count() > 1:
+        return False
+    # xla:// takes rank, world and the coordinator from torch_xla's runtime.
+    dist.init_process_group("xla", init_method="xla://")
+    return True
+
+
+@dataclass
+class GradientState:
+    """Shared, mutable per-step record (owned by one Accelerator; not a global).
+
+    Attributes:
+        accumulation_steps: micro-batches per optimizer step.
+        sync_gradients: whether the current micro-batch ends an accumulation cycle.
+        micro_step: micro-batches seen in the current cycle.
+        end_of_dataloader: the active loader just yielded its last batch.
+        remainder: on the last batch, how many of the gathered samples are real (-1: all).
+    """
+
+    accumulation_steps: int = 1
+    sync_gradients: bool = True
+    micro_step: int = 0
+    end_of_dataloader: bool = False
+    remainder: int = -1
+
+    def advance(self) -> None:
+        """Start a micro-batch: decide whether it synchronises (cycle end or loader end)."""
+        self.micro_step += 1
+        if self.end_of_dataloader or self.micro_step >= self.accumulation_steps:
+            self.sync_gradients = True
+            self.micro_step = 0
+        else:
+            self.sync_gradients = False

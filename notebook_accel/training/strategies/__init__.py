@@ -1,0 +1,87 @@
+"""Ways of spreading a model over the job's processes, behind one interface.
+
+    base.py   Strategy: prepare model/optimizer, backward, no_sync, clipping, state dict,
+              checkpoint parts, the data-parallel rank and size
+    ddp.py    DdpStrategy: DistributedDataParallel (a single process: no wrapper)
+    fsdp.py   FsdpStrategy: FSDP2 over ``sharder.Sharder``, DCP checkpoints
+    deepspeed.py  DeepSpeedStrategy: ZeRO 0-3 through a DeepSpeed engine (optional extra)
+    tensor_parallel.py  TensorParallelStrategy: parallelize_module on a "tp" mesh
+
+The Accelerator builds one with :func:`select` and delegates to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import ConfigError
+from ...options.deepspeed import DeepSpeedPlugin
+from ...options.fsdp import FsdpConfig
+from ...options.parallelism import ParallelismConfig
+from ..handlers import DistributedDataParallelKwargs
+from ..state import GradientState, ProcessState
+from .base import CheckpointPart, Strategy
+
+__all__ = ["CheckpointPart", "Strategy", "select"]
+
+
+def select(
+    state: ProcessState,
+    *,
+    fsdp: FsdpConfig | None = None,
+    ddp_kwargs: dict[str, Any] | None = None,
+    ddp_handler: DistributedDataParallelKwargs | None = None,
+    deepspeed: DeepSpeedPlugin | None = None,
+    gradient_state: GradientState | None = None,
+    mixed_precision: str = "no",
+    split_batches: bool = False,
+    parallelism: ParallelismConfig | None = None,
+) -> Strategy:
+    """The strategy for an Accelerator's options (validated already): DeepSpeed when a
+    plugin is given, FSDP when ``fsdp`` is set, else DDP (which leaves a single process's
+    models unwrapped).
+
+    Raises:
+        ConfigError: DeepSpeed and FSDP together, or the strategy refuses this job (FSDP
+            on one process, DeepSpeed not installed).
+    """
+    if parallelism is not None:
+        if deepspeed is not None or fsdp:
+            raise ConfigError(
+                "parallelism_config",
+                parallelism.sizes(),
+                "None when deepspeed_plugin or fsdp is set",
+                "The mesh's dp_shard_size already means FSDP; pick one way to say it.",
+            )
+        parallelism.check(state.world_size)
+        if parallelism.tp_size > 1:
+            from .tensor_parallel import TensorParallelStrategy
+
+            return TensorParallelStrategy(state, parallelism)
+        if parallelism.dp_shard_size > 1:
+            # The same FsdpConfig fsdp="hybrid" (or "full") builds: one mechanism for both.
+            hybrid = parallelism.dp_replicate_size > 1
+            fsdp = FsdpConfig(
+                sharding_strategy="hybrid" if hybrid else "full",
+                hybrid_shard_size=parallelism.dp_shard_size if hybrid else None,
+            )
+    if deepspeed is not None and fsdp:
+        raise ConfigError(
+            "deepspeed_plugin",
+            "together with fsdp",
+            "one of deepspeed_plugin= and fsdp=",
+            "DeepSpeed's ZeRO and FSDP both shard the model; pick one.",
+        )
+    if deepspeed is not None:
+        from .deepspeed import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(
+            state, deepspeed, gradient_state or GradientState(), mixed_precision, split_batches
+        )
+    if fsdp:
+        from .fsdp import FsdpStrategy
+
+        return FsdpStrategy(state, fsdp)
+    from .ddp import DdpStrategy
+
+    return DdpStrategy(state, dict(ddp_kwargs or {}), ddp_handler)

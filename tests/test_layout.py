@@ -1,0 +1,147 @@
+"""The package's folders are its parts, and imports between them run one way.
+
+Every import statement of every module is read with ``ast``: those at the top, inside
+functions and under ``TYPE_CHECKING`` alike; ``from . import x`` counts as importing ``x``.
+
+    faces  ->  launch  ->  reporting, hardware  ->  the ground (errors, env, config, options, ...)
+               training ->  reporting            ->  the ground
+
+The launcher never imports the training side (a worker's seeding is the ground's), the
+training side never imports the launcher or the faces, and no two modules import each other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "notebook_accel"
+
+# part -> the parts it may import (itself always)
+ALLOWED = {
+    "ground": set(),
+    "hardware": {"ground"},
+    "reporting": {"ground"},
+    "training": {"reporting", "ground"},
+    "launch": {"reporting", "hardware", "ground"},
+    "faces": {"launch", "reporting", "hardware", "ground"},
+}
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted name -> (file, is a package's __init__)."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        found[".".join(parts)] = (path, is_package)
+    return found
+
+
+MODULES = _modules()
+
+
+def _known(name: str) -> str | None:
+    """The package module that importing ``name`` loads (a name inside it: the module)."""
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name if name in MODULES else None
+
+
+def _imports(module: str, source: str | None = None, is_package: bool = False) -> set[str]:
+    if source is None:
+        path, is_package = MODULES[module]
+        source = path.read_text()
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            for alias in node.names:
+                submodule = f"{prefix}.{alias.name}"
+                names.append(submodule if submodule in MODULES else prefix)
+        for name in names:
+            known = _known(name)
+            if known is not None and known != module:
+                targets.add(known)
+    return targets
+
+
+GRAPH = {module: _imports(module) for module in MODULES}
+
+
+def part(module: str) -> str:
+    """Which part of the package ``module`` belongs to."""
+    if module == "notebook_accel.demo":  # `python -m notebook_accel.demo`: the demo's entry
+        return "faces"
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ALLOWED:
+        return parts[1]
+    return "ground"  # __init__, errors, env, config, quiet, utils, seeding, options/
+
+
+def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
+    for name in ("hardware", "launch", "reporting", "training", "faces", "options"):
+        assert (PACKAGE / name / "__init__.py").is_file(), name
+    ground = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert ground == [
+        "__init__.py",
+        "config.py",
+        "demo.py",
+        "env.py",
+        "errors.py",
+        "quiet.py",
+        "seeding.py",
+        "utils.py",
+    ]
+
+
+def test_imports_run_one_way_between_the_parts() -> None:
+    wrong = [
+        f"{module} ({part(module)}) imports {target} ({part(target)})"
+        for module, targets in sorted(GRAPH.items())
+        for target in sorted(targets)
+        if part(target) != part(module) and part(target) not in ALLOWED[part(module)]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_launcher_never_imports_the_training_side() -> None:
+    reached = {
+        target
+        for module, targets in GRAPH.items()
+        if part(module) == "launch"
+        for target in targets
+        if part(target) == "training"
+    }
+    assert not reached
+
+
+def test_no_two_modules_import_each_other() -> None:
+    pairs = sorted(
+        f"{a} <-> {b}" for a, targets in GRAPH.items() for b in targets if a < b and a in GRAPH[b]
+    )
+    assert not pairs, "\n".join(pairs)
+
+
+def test_the_reader_sees_imports_inside_functions_and_type_checking() -> None:
+    # The two pairs this layout broke imported each other inside functions: the reader must
+    # see such imports, or the test above would pass whatever the code did.
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from .state import ProcessState\n"
+        "def f():\n"
+        "    from . import collectives\n"
+    )
+    seen = _imports("notebook_accel.training.probe", source)
+    assert seen == {"notebook_accel.training.state", "notebook_accel.training.collectives"}

@@ -54,7 +54,7 @@ def main() -> int:
         ["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True
     )
     seconds = time.perf_counter() - start
-    tail = (done.stdout + done.stderr).strip().splitlines()[-4:]
+    tail = (done.stdout.strip() or done.stderr.strip()).splitlines()[-3:]
     print("\n".join(f"  | {line}" for line in tail))
     verdict = "within" if seconds <= TARGET_S else "OVER"
     print(f"README's first command: {seconds:.1f} s (target <= {TARGET_S:.0f} s: {verdict})")

@@ -425,6 +425,7 @@ class _PanelDisplay(Display):
 
     def tick(self) -> None:
         """Flag a running rank that has not reported for a while (stuck, stopped, swapping)."""
+        super().tick()
         now = time.monotonic()
         quiet = {
             rank

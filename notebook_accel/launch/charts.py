@@ -271,6 +271,16 @@ class Live:
             # about a fifth of the notebook process's time, whatever the machine.
             self._next = now + max(self.view.interval, 5 * spent)
 
+    def catch_up(self) -> None:
+        """Draw rows that came within the interval once it has passed (the engine's tick).
+
+        A rank that logs and then pauses (an evaluation, a wait) sends nothing more for a
+        while: without this the chart would show the rows from before the interval until the
+        next message came.
+        """
+        if time.monotonic() >= self._next and self.board.version != self._drawn:
+            self.add(())
+
     def _draw(self, final: bool) -> None:
         if self.board.version != self._drawn:
             self._drawn = self.board.version

@@ -155,7 +155,10 @@ class Display:
         """A rank's memory and step count (about once a second); the panel shows them."""
 
     def tick(self) -> None:
-        """Called by the engine while it waits; the panel flags ranks gone quiet."""
+        """Called by the engine while it waits: rows the chart's interval held back are drawn
+        (the panel also flags ranks gone quiet)."""
+        if self._live is not None:
+            self._live.catch_up()
 
 
 class Bar(Protocol):

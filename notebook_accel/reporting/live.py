@@ -6,6 +6,7 @@
                  every 0.25 s: Metrics(kept rows + the latest)  --> parent: chart, rows
     every rank: a daemon thread, every second:
                  Health(rss, gpu memory, steps)                    --> parent: panel rows
+                 rows kept before a pause (no log call for an interval): Metrics
     the function returns or raises: stop() sends the rows still pending
 
 A loop logging every iteration sends a few messages a second, not one per call, and its rows
@@ -55,7 +56,9 @@ class Relay:
         "_step",
         "_values",
         "_sent_upto",
+        "_sent_index",
         "_due",
+        "_lock",
     )
 
     def __init__(self, sender: Sender, interval: float = _INTERVAL) -> None:
@@ -71,7 +74,11 @@ class Relay:
         self._step: int | None = None
         self._values: dict[str, Any] | None = None
         self._sent_upto = 0  # call count covered by the last send
+        self._sent_index = -1  # the call index of the last row sent
         self._due = time.perf_counter() + interval
+        # The health thread may send kept rows of a paused loop (send_paused): the list of
+        # kept rows changes hands under this lock; the per-call fast path never takes it.
+        self._lock = threading.Lock()
 
     def add(self, step: int | None, values: dict[str, Any]) -> None:
         """One ``log`` call: remembered as the latest; kept when it is its turn."""
@@ -83,8 +90,9 @@ class Relay:
             self._keep(step, values)
 
     def _keep(self, step: int | None, values: dict[str, Any]) -> None:
-        rows = self._rows
-        rows.append((self._count - 1, step, dict(values)))  # a copy: dicts get reused
+        with self._lock:
+            rows = self._rows
+            rows.append((self._count - 1, step, dict(values)))  # a copy: dicts get reused
         self._next = self._count + self._every
         if len(rows) >= self._cap:  # logging faster than the budget: keep half as many
             self._every *= 2
@@ -94,20 +102,45 @@ class Relay:
 
     def flush(self) -> None:
         """Send the kept rows and the latest call now (if anything is new)."""
-        from .channel import Metrics
+        with self._lock:  # rows leave in the order they were kept, whichever thread sends
+            self._flush()
 
+    def _flush(self) -> None:
         rows, self._rows = self._rows, []
-        calls = self._count - self._sent_upto
         self._due = time.perf_counter() + self._interval
+        calls = self._count - self._sent_upto
         if calls == 0:
             return
-        if self._values is not None and (not rows or rows[-1][0] != self._count - 1):
-            rows.append((self._count - 1, self._step, dict(self._values)))
+        latest = self._count - 1
+        if self._values is not None and latest > self._sent_index:
+            if not rows or rows[-1][0] != latest:
+                rows.append((latest, self._step, dict(self._values)))
         # A slower logger gets every row again.
         if self._every > 1 and calls < self._every * _BUDGET // 4:
             self._every //= 2
         self._cap = _BUDGET
         self._sent_upto = self._count
+        self._send(rows)
+
+    def send_paused(self) -> None:
+        """Send the kept rows if no call has sent them for an interval (the health thread).
+
+        A loop that logs and then pauses (an evaluation, a wait for data) keeps its last rows
+        until its next call; the chart would lag behind by them all that while.
+        """
+        with self._lock:
+            if not self._rows or time.perf_counter() < self._due:
+                return
+            rows, self._rows = self._rows, []
+            self._due = time.perf_counter() + self._interval
+            self._send(rows)
+
+    def _send(self, rows: list[tuple[int, int | None, dict[str, Any]]]) -> None:
+        from .channel import Metrics
+
+        if not rows:
+            return
+        self._sent_index = max(self._sent_index, rows[-1][0])
         plain: list[tuple[int, dict[str, float]]] = []
         for index, step, values in rows:
             numbers = {}
@@ -123,9 +156,10 @@ class Relay:
 class _Health(threading.Thread):
     """Sends this rank's memory and step count every second until stopped."""
 
-    def __init__(self, sender: Sender) -> None:
+    def __init__(self, sender: Sender, relay: Relay | None = None) -> None:
         super().__init__(name="notebook-accel-health", daemon=True)
         self.sender = sender
+        self.relay = relay
         self.stopped = threading.Event()
         self.steps: Callable[[], int] | None = None
 
@@ -136,6 +170,8 @@ class _Health(threading.Thread):
             try:
                 steps = self.steps() if self.steps is not None else None
                 self.sender.send(Health(rss=_rss(), gpu=_gpu_memory(), steps=steps))
+                if self.relay is not None:
+                    self.relay.send_paused()
             except Exception:  # noqa: BLE001  (a vital sign is never worth a worker's life)
                 pass
             if self.stopped.wait(_HEALTH_INTERVAL):
@@ -168,7 +204,7 @@ def start(sender: Sender, health: bool = True) -> None:
     global _relay, _health
     _relay = Relay(sender)
     if health:
-        _health = _Health(sender)
+        _health = _Health(sender, _relay)
         _health.start()
 
 

@@ -1,8 +1,10 @@
 """The live chart in a real browser: JupyterLab and the Notebook (7) page, headless Chromium.
 
-A notebook whose function logs a loss every 0.25 s for half a minute is run from the page; the
-chart (an image output, replaced in place) is captured twice during the launch, and the second
-capture's line is longer: more pixels of the line's colour. Screenshots land in
+A notebook whose function logs a loss at every step is run from the page; the chart (an image
+output, replaced in place) is captured twice during the launch, and the second capture's line
+is longer: more pixels of the line's colour. Rank 0 pauses at each of the two steps until the
+test has seen the chart there (a file the test writes), so a busy machine cannot run the chart
+past the moment it is looked at. Screenshots land in
 tests/artifacts/tmp/ (copies from a run are committed as tests/artifacts/live_chart_*.png).
 Needs Chromium (Debian's), ``jupyterlab``/``notebook`` and ``playwright``; skipped otherwise.
 """
@@ -34,20 +36,30 @@ pytestmark = [
 
 TOKEN = "notebook-accel-test"
 TRAIN = """\
+import os
 import time
 
 from notebook_accel import Accelerator, notebook_launcher
 
 
-def train(steps: int) -> float:
+def train(steps: int, gate: str, pauses: tuple[int, ...]) -> float:
     accelerator = Accelerator()
     for step in range(steps):
         accelerator.log({"loss": 1.0 / (step + 1), "accuracy": step / steps}, step=step)
-        time.sleep(0.25)
+        if accelerator.is_main_process and step in pauses:
+            # wait until the test has seen the chart at this step (it writes the file)
+            while not os.path.exists(os.path.join(gate, f"seen_{step}")):
+                time.sleep(0.05)
+        time.sleep(0.05)
     accelerator.wait_for_everyone()
     return 1.0
 """
-LAUNCH = 'notebook_launcher(train, args=(120,), num_processes=2)\nprint("launch done")'
+# Rank 0 stops at these steps until the page has shown the chart there.
+PAUSES = (26, 46)
+LAUNCH = (
+    "notebook_launcher(train, args=(60, {gate!r}, {pauses!r}), num_processes=2)\n"
+    'print("launch done")'
+)
 
 
 _ROOTS: dict[str, Path] = {}
@@ -62,12 +74,14 @@ def jupyter_root(url: str) -> Path:
 def jupyter(tmp_path: Path) -> Iterator[str]:
     """A Jupyter server (JupyterLab and Notebook 7 pages) on loopback; yields its base URL."""
     pytest.importorskip("jupyterlab", reason="needs jupyterlab: pip install jupyterlab")
-    notebook = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(TRAIN), nbformat.v4.new_code_cell(LAUNCH)],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
-    )
     root = tmp_path / "root"
     root.mkdir()
+    (root / "gate").mkdir()
+    launch = LAUNCH.format(gate=str(root / "gate"), pauses=PAUSES)
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(TRAIN), nbformat.v4.new_code_cell(launch)],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
     nbformat.write(notebook, root / "live.ipynb")
     port = free_port()
     environ = dict(os.environ, **kernelspec.install(tmp_path / "jupyter"))
@@ -131,23 +145,29 @@ def _about(png: bytes) -> dict[str, Any]:
     return dict(json.loads(Image.open(io.BytesIO(png)).text["Description"]))
 
 
-def _chart_at(page: Any, low: int, high: int) -> bytes:
-    """The chart in the page while its last step is between ``low`` and ``high``."""
-    deadline = time.monotonic() + 60
+def _chart_at(page: Any, step: int) -> bytes:
+    """The chart in the page once it shows ``step`` (rank 0 waits there for ``_release``)."""
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         png = _chart(page)
-        step = _about(png)["last_step"]
-        if low <= step <= high:
+        last = _about(png)["last_step"]
+        if last == step:
             return png
-        assert step < high, f"the chart went past step {high} before it was seen: {step}"
+        assert last < step, f"rank 0 did not wait at step {step}: the chart shows {last}"
         time.sleep(0.05)
-    raise AssertionError(f"the chart never reached step {low}: {_about(_chart(page))}")
+    raise AssertionError(f"the chart never reached step {step}: {_about(_chart(page))}")
+
+
+def _release(gate: Path, step: int) -> None:
+    """Let rank 0 go on past ``step``."""
+    (gate / f"seen_{step}").write_text("")
 
 
 @pytest.mark.parametrize("ui", ["lab", "notebooks"], ids=["jupyterlab", "notebook7"])
 def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> None:
     pytest.importorskip("matplotlib", reason="the chart needs matplotlib")
     url = f"{jupyter}/{'lab/tree' if ui == 'lab' else 'notebooks'}/live.ipynb?token={TOKEN}"
+    gate = jupyter_root(jupyter) / "gate"
     with chromium_page(tmp_path / "profile") as page:
         try:
             page.goto(url, timeout=90_000)
@@ -161,18 +181,22 @@ def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> N
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
             page.locator(".jp-OutputArea-output img").last.wait_for(timeout=90_000)
-            # Two moments on the same step axis (0 to 50; a step every 0.25 s): the line runs
-            # further in the second.
-            first = _chart_at(page, 21, 32)
+            # Two moments on the same step axis (0 to 50), rank 0 waiting at each until it is
+            # seen: the line runs further in the second.
+            first = _chart_at(page, PAUSES[0])
             page.screenshot(path=str(ARTIFACTS / f"live_chart_{ui}_1.png"))
-            second = _chart_at(page, 40, 50)
+            _release(gate, PAUSES[0])
+            second = _chart_at(page, PAUSES[1])
             page.screenshot(path=str(ARTIFACTS / f"live_chart_{ui}_2.png"))
             outputs = page.locator(".jp-Notebook .jp-OutputArea").last.inner_text()
             assert "launch done" not in outputs  # still running: the chart grew live
             assert _about(second)["rows"] > _about(first)["rows"]
             assert _line_length(second) > _line_length(first) * 1.3
+            _release(gate, PAUSES[1])
             page.locator(".jp-OutputArea-output", has_text="launch done").wait_for(timeout=90_000)
         finally:
+            for step in PAUSES:  # a failed check must not leave rank 0 waiting
+                _release(gate, step)
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(ARTIFACTS / f"live_chart_{ui}_end.png"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,3 +169,44 @@ def test_text_line_view_skips_repeats() -> None:
     view.draw(board, final=False)
     view.draw(board, final=True)
     assert stream.getvalue() == "[metrics] step 1 | loss 0.5 (best 0.5)\n"
+
+
+def log_then_wait(gate: str) -> int:
+    import os
+    import time
+
+    from notebook_accel import Accelerator
+
+    accelerator = Accelerator()
+    if accelerator.is_main_process:
+        for i in range(3):
+            accelerator.log({"loss": 1.0 / (i + 1)}, step=i)
+        # no more log calls until the notebook has seen all three rows (it writes the file)
+        while not os.path.exists(gate):
+            time.sleep(0.05)
+    accelerator.wait_for_everyone()
+    return accelerator.process_index
+
+
+class Gate(Recording):
+    """Opens the gate once the rows up to ``step`` have arrived."""
+
+    def __init__(self, gate: Path, step: int) -> None:
+        super().__init__()
+        self.gate, self.step = gate, step
+
+    def metrics(self, rank: int, message: Metrics) -> None:
+        super().metrics(rank, message)
+        if any(row["step"] == self.step for row in self.metric_rows):
+            self.gate.write_text("")
+
+
+def test_rows_logged_before_a_pause_reach_the_notebook_during_it(tmp_path: Path) -> None:
+    # The loop logs 3 rows within one batch interval and stops logging: they must arrive
+    # while it waits (sent by the health thread), not only at its next log call or its end.
+    gate = tmp_path / "seen"
+    display = Gate(gate, step=2)
+    config = LaunchConfig(num_processes=2, hardware="cpu", timeout=120)
+    assert launch(log_then_wait, (str(gate),), None, config, display=display) == [0, 1]
+    assert gate.exists()
+    assert [row["step"] for row in display.metric_rows] == [0, 1, 2]

@@ -793,6 +793,7 @@ class RayBackend:
         collateral_since: float | None = None
         while running:
             check()
+            display.tick()
             for bundle, item in self._items(running, _TICK):
                 if item[0] == "rank":
                     self._ranks[bundle] = item[1]

@@ -13,6 +13,7 @@ __all__ = [
     "WorkerError",
     "WorkerDiedError",
     "LaunchTimeoutError",
+    "SessionClosedError",
     "CheckpointError",
     "SharedMemoryError",
     "RemoteTraceback",
@@ -136,13 +137,33 @@ class WorkerDiedError(NotebookAccelError, RuntimeError):
 
 
 class LaunchTimeoutError(NotebookAccelError, TimeoutError):
-    """The launch ran longer than its ``timeout``; every worker was stopped."""
+    """The launch (or a session's run) ran longer than its ``timeout``.
 
-    def __init__(self, timeout: float) -> None:
+    A launch's workers were stopped; a session's were interrupted (the message says which).
+    """
+
+    def __init__(
+        self, timeout: float, what: str = "the launch", ending: str = "every worker was stopped"
+    ) -> None:
         self.timeout = timeout
         super().__init__(
-            f"the launch ran longer than timeout={timeout:g} s and every worker was stopped; "
+            f"{what} ran longer than timeout={timeout:g} s and {ending}; "
             "raise timeout= (or pass timeout=None) if the job needs longer."
+        )
+
+
+class SessionClosedError(LaunchError):
+    """A session's workers are gone: closed, or torn down after a death or a stuck stop.
+
+    Attributes:
+        reason: why the session closed, as the user's call saw it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"the session is closed ({reason}); its workers and their namespace are gone. "
+            "w.restart() starts fresh workers (or create a new Workers)."
         )
 
 

@@ -32,7 +32,8 @@ from .shm import shipped
 __all__ = ["notebook_launcher", "debug_launcher"]
 
 
-def _layout(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
+def layout_for(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
+    """Where this machine's ranks sit, and the variables every one of them gets."""
     extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
     extra.extend(env.launch_variables(**config.worker_options()).items())
     extra.extend(network_env(config))
@@ -76,7 +77,7 @@ def _run_once(
     stop: threading.Event | None = None,
     deadline: float | None = None,
 ) -> list[Any]:
-    layout = _layout(config, plan, attempt)
+    layout = layout_for(config, plan, attempt)
     watch = _stoppable(group.watch(attempt), stop)
     timeout = None if deadline is None else deadline - time.monotonic()
     if timeout is not None and timeout <= 0:
@@ -91,6 +92,24 @@ def _run_once(
         result = engine.run(timeout)
         group.done(attempt)  # machine 0 keeps the store up until every machine is done
     return result
+
+
+def plan_for(config: LaunchConfig, machine: hardware.Machine | None = None) -> hardware.Plan:
+    """The hardware plan, and the checks of the options against its number of processes."""
+    plan = hardware.resolve(config, machine)
+    if config.fsdp is not None and plan.num_processes * config.num_nodes < 2:
+        raise ConfigError(
+            "fsdp",
+            config.fsdp.sharding_strategy,
+            "FSDP with at least 2 processes (num_processes >= 2)",
+            "With one process there is nothing to shard: pass fsdp=None.",
+        )
+    if config.parallelism_config is not None:
+        from ..options.parallelism import ParallelismConfig
+
+        mesh = ParallelismConfig(**config.parallelism_config)
+        mesh.check(plan.num_processes * config.num_nodes)
+    return plan
 
 
 def launch(
@@ -115,19 +134,7 @@ def launch(
         display = display or Display(output=config.output)
         watch = _stoppable(None, stop)
         return run_with_restarts(for_cluster(config), config, payload, buffers, display, watch)
-    plan = hardware.resolve(config, machine)
-    if config.fsdp is not None and plan.num_processes * config.num_nodes < 2:
-        raise ConfigError(
-            "fsdp",
-            config.fsdp.sharding_strategy,
-            "FSDP with at least 2 processes (num_processes >= 2)",
-            "With one process there is nothing to shard: pass fsdp=None.",
-        )
-    if config.parallelism_config is not None:
-        from ..options.parallelism import ParallelismConfig
-
-        mesh = ParallelismConfig(**config.parallelism_config)
-        mesh.check(plan.num_processes * config.num_nodes)
+    plan = plan_for(config, machine)
     if plan.backend != "xla":
         warm_up(config.start_method)
     display = display or Display(output=config.output)

@@ -170,6 +170,9 @@ def _signal_group(proc: BaseProcess, sig: int) -> None:
 class Engine:
     """One launch on this machine: ``run()`` returns every local rank's result, in order."""
 
+    # What each worker process runs; a session's workers run launch/serve.py's loop instead.
+    entry: Callable[..., None] = staticmethod(worker_module.main)
+
     def __init__(
         self,
         layout: Layout,
@@ -192,7 +195,8 @@ class Engine:
         self.selector = selectors.DefaultSelector()
 
     # -- starting ---------------------------------------------------------------------------
-    def _start_one(self, local_rank: int) -> _Rank:
+    def _start_one(self, local_rank: int, *extra: Connection) -> _Rank:
+        """Start one worker; ``extra`` are more child ends for the entry (passed, then closed)."""
         pipe = self.ctx.Pipe
         msg_r, msg_w = pipe(duplex=False)
         out_r, out_w = pipe(duplex=False)
@@ -200,15 +204,15 @@ class Engine:
         life_r, life_w = pipe(duplex=False)
         worker_env = self.layout.worker_env(local_rank, self.port)
         proc = self.ctx.Process(  # type: ignore[attr-defined]
-            target=worker_module.main,
-            args=(worker_env, self.payload, msg_w, out_w, err_w, life_r),
+            target=self.entry,
+            args=(worker_env, self.payload, msg_w, out_w, err_w, life_r, *extra),
             name=f"notebook-accel-rank-{worker_env.rank}",
             daemon=False,
         )
         try:
             proc.start()
         finally:
-            for end in (msg_w, out_w, err_w, life_r):
+            for end in (msg_w, out_w, err_w, life_r, *extra):
                 end.close()  # the child has its copies; ours would hide EOF
         rank = _Rank(worker_env.rank, proc, msg_r, out_r, err_r, life_w)
         self.selector.register(msg_r, selectors.EVENT_READ, (rank, "messages"))
@@ -351,19 +355,24 @@ class Engine:
             return False
         return time.time() - min(failure.time for failure in failures) < _CAUSE_WAIT
 
-    def supervise(self, timeout: float | None) -> list[Any]:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def await_answers(
+        self, ranks: list[_Rank], deadline: float | None, timeout: float | None
+    ) -> BaseException | None:
+        """Relay output until each of ``ranks`` has sent its Result: ``None`` then.
+
+        Returns the root cause as soon as a rank failed or died (nothing is stopped here);
+        raises LaunchTimeoutError (``timeout``, the user's figure) at ``deadline``, and
+        whatever ``watch`` raises.
+        """
         while True:
             problem = self._first_problem()
             if problem is not None and self._awaiting_cause():
                 self._poll(0.05)
                 continue
             if problem is not None:
-                self.stop(grace=2.0)
-                # A failure seen later may be the consequence of an earlier one elsewhere.
-                raise self._first_problem() or problem
-            if all(r.result is not None for r in self.ranks):
-                break
+                return problem
+            if all(r.result is not None for r in ranks):
+                return None
             if self.watch is not None:
                 self.watch()
             self.display.tick()
@@ -371,10 +380,17 @@ class Engine:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    self.stop(grace=1.0)
                     raise LaunchTimeoutError(timeout)  # type: ignore[arg-type]
                 wait = min(wait, left)
             self._poll(wait)
+
+    def supervise(self, timeout: float | None) -> list[Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        problem = self.await_answers(self.ranks, deadline, timeout)
+        if problem is not None:
+            self.stop(grace=2.0)
+            # A failure seen later may be the consequence of an earlier one elsewhere.
+            raise self._first_problem() or problem
         # Every rank has answered: let them finish exiting, then relay their last lines.
         end = time.monotonic() + _EXIT_GRACE
         while time.monotonic() < end and not all(r.exited for r in self.ranks):

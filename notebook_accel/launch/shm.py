@@ -16,6 +16,11 @@
     release: unpin; least recently used copies go until the cache fits its limit; the
       results segment closes once nothing maps it
 
+A session (session.py) ships its results segment once, when its workers start, and each
+task's buffers without one (``results=False``); its workers may keep what they mapped in their
+namespace, so those segments are never punched (``kept=True``): their memory goes with the
+segment and the workers' last mapping.
+
 memfd segments live in no file system (a 64 MB /dev/shm does not limit them) and end with
 their last descriptor or mapping: a killed kernel takes its segments along, and its workers
 (which hold the only other mappings) die with it through the lifeline (worker.py). The fds
@@ -189,6 +194,10 @@ class _Segment:
             os.close(self.fd)
             raise
         self.entries = 0
+        # A session's workers may keep what they mapped for as long as they live (a pushed
+        # tensor): punching a hole would turn their unwritten pages into zeros. Such a
+        # segment's memory goes when the segment and the last mapping of it are gone.
+        self.punch = True
 
     def close(self) -> None:
         self.map.close()
@@ -311,8 +320,15 @@ class SharedCache(Transport):
             self._trim(0)
 
     # -- a launch -------------------------------------------------------------------------
-    def ship(self, buffers: list[Outgoing]) -> MemfdShipment:
-        """Find or copy each buffer; the launch's copies stay pinned until ``release``."""
+    def ship(
+        self, buffers: list[Outgoing], results: bool = True, kept: bool = False
+    ) -> MemfdShipment:
+        """Find or copy each buffer; the launch's copies stay pinned until ``release``.
+
+        ``results=False``: no results segment (a session's workers put their results in the
+        one they got when they started). ``kept=True``: the workers may keep views of the
+        buffers after the launch, so their segments are never punched.
+        """
         with self._lock:
             self._trim(self.limit, dead_only=True)
             found: dict[tuple[Any, ...], _Entry] = {}
@@ -332,7 +348,7 @@ class SharedCache(Transport):
                 self._reused += entry.nbytes
             try:
                 found.update(self._copy(missing))
-                results = _Results()
+                place = _Results() if results else None
             except BaseException:
                 self._unpin(list(found.values()))
                 raise
@@ -343,12 +359,14 @@ class SharedCache(Transport):
             if entry.segment not in segments:
                 segments.append(entry.segment)
             places.append((segments.index(entry.segment), entry.offset, entry.nbytes))
+            if kept:
+                entry.segment.punch = False
         return MemfdShipment(
             [s.fd for s in segments],
             [s.size for s in segments],
             places,
-            results.fd,
-            _Launch(self, list(found.values()), results),
+            -1 if place is None else place.fd,
+            _Launch(self, list(found.values()), place),
         )
 
     def _few_segments(
@@ -413,7 +431,7 @@ class SharedCache(Transport):
         segment.entries -= 1
         if segment.entries == 0:
             segment.close()
-        else:
+        elif segment.punch:
             _punch(segment.fd, entry.offset, _round(entry.nbytes))
 
     def _trim(self, limit: int, dead_only: bool = False) -> None:
@@ -484,7 +502,7 @@ class _Launch:
 
     cache: SharedCache
     entries: list[_Entry]
-    results: _Results
+    results: _Results | None
     released: bool = False
 
 
@@ -507,7 +525,7 @@ class MemfdShipment(Shipment):
 
     def __reduce__(self) -> tuple[Any, ...]:
         fds = tuple(reduction.DupFd(fd) for fd in self._fds)
-        results = reduction.DupFd(self._results_fd)
+        results = reduction.DupFd(self._results_fd) if self._results_fd >= 0 else None
         return (_arrive, (fds, self._sizes, self._places, results))
 
     @property
@@ -532,6 +550,7 @@ class MemfdShipment(Shipment):
         what = "the value returned by this rank"
         _need(what, length)
         fd = self._results_fd
+        assert fd >= 0, "a shipment without a results segment carries no results"
         with _put_lock:  # processes exclude each other with the file lock, threads here
             os.lockf(fd, os.F_LOCK, 0)
             try:
@@ -544,9 +563,10 @@ class MemfdShipment(Shipment):
         return start, length, tuple(places)
 
     def get(self, handle: tuple[int, int, tuple[tuple[int, int], ...]]) -> list[memoryview]:
-        assert self._launch is not None, "results are read in the notebook"
+        results = self._launch.results if self._launch is not None else None
+        assert results is not None, "results are read in the notebook, from their segment"
         start, length, places = handle
-        view = memoryview(self._launch.results.map(start, length))
+        view = memoryview(results.map(start, length))
         return [view[o : o + n] for o, n in places]
 
     def release(self) -> None:
@@ -555,7 +575,8 @@ class MemfdShipment(Shipment):
             return
         launch.released = True
         launch.cache.release(launch.entries)
-        launch.results.end()
+        if launch.results is not None:
+            launch.results.end()
 
 
 def _arrive(
@@ -565,7 +586,8 @@ def _arrive(
     results: Any,
 ) -> MemfdShipment:
     """In a worker: the passed fds are this process's own now."""
-    return MemfdShipment([fd.detach() for fd in fds], sizes, places, results.detach())
+    results_fd = -1 if results is None else results.detach()
+    return MemfdShipment([fd.detach() for fd in fds], sizes, places, results_fd)
 
 
 # -- the public calls ------------------------------------------------------------------------

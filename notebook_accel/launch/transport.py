@@ -25,7 +25,7 @@ from typing import Any
 from ..reporting.channel import Result
 from .pickling import Outgoing, dumps, loads
 
-__all__ = ["Transport", "Shipment", "pack", "unpack"]
+__all__ = ["Transport", "Shipment", "Paired", "pack", "unpack"]
 
 
 class Shipment(ABC):
@@ -49,6 +49,31 @@ class Shipment(ABC):
 
     def release(self) -> None:  # noqa: B027 - a transport with nothing to release
         """Parent: the launch is over (however it ended); end what it alone used."""
+
+
+class Paired(Shipment):
+    """One call's buffers from ``inputs``, its results through ``results``.
+
+    A session's workers get one results shipment when they start and keep it; each call then
+    brings only its own buffers (launch/session.py, launch/serve.py). Each side pairs the two
+    itself: a Paired never travels.
+    """
+
+    def __init__(self, inputs: Shipment, results: Shipment) -> None:
+        self.inputs = inputs
+        self.results = results
+
+    def views(self) -> list[memoryview]:
+        return self.inputs.views()
+
+    def put(self, buffers: list[Outgoing]) -> Any:
+        return self.results.put(buffers)
+
+    def get(self, handle: Any) -> list[memoryview]:
+        return self.results.get(handle)
+
+    def release(self) -> None:
+        self.inputs.release()  # the results shipment lasts as long as the session
 
 
 class Transport(ABC):

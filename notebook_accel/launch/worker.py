@@ -10,6 +10,9 @@ forkserver child
   -> map the payload's shared memory (copy-on-write), unpickle the call, run it
   -> Result(value; large buffers through shared memory) or Failure(exception)
   -> unlink the semaphores it created, os._exit
+
+``start`` is everything before the call (a session's worker, serve.py, does it once and then
+serves tasks), ``run_call`` the call itself, ``leave`` the exit.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import sys
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import env
 from ..errors import SharedMemoryError
@@ -33,15 +36,19 @@ from ..quiet import quiet_torchao
 from ..reporting.channel import Failure, Result, Sender
 from .payload import Payload, load
 from .pickling import dumps
-from .transport import pack
+from .transport import Shipment, pack
 
 __all__ = [
     "call",
     "finish_distributed",
     "flush_all",
+    "leave",
     "line_buffered_stdio",
     "main",
     "random_state",
+    "run_call",
+    "share_cpu_threads",
+    "start",
 ]
 
 
@@ -120,7 +127,7 @@ def _watch_lifeline(lifeline: Connection) -> None:
     threading.Thread(target=watch, name="notebook-accel-lifeline", daemon=True).start()
 
 
-def _cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:
+def share_cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:
     """Share the cores between the workers instead of each one using all of them.
 
     ``OMP_NUM_THREADS`` as it is at launch time wins. OpenMP reads the variable once, when the
@@ -198,29 +205,49 @@ def _release_semaphores() -> None:
                 finalizer()
 
 
-def _pack(payload: Payload, value: object) -> Result:
-    if payload.shipment is None:  # no transport: everything inside the pickle
+def _pack(shipment: Shipment | None, value: object) -> Result:
+    if shipment is None:  # no transport: everything inside the pickle
         return Result(dumps(value, placement="same", limit=sys.maxsize).data)
-    return pack(payload.shipment, value)
+    return pack(shipment, value)
 
 
 def call(payload: Payload, setup: Callable[[], None] | None = None) -> Result | Failure:
     """Run the launch's function in this rank: its packed result, or how it failed.
 
     The rank's side of every backend (this module's ``main``, a cluster's rank tasks): ``setup``
-    first, the generators seeded (random_state), the call unpickled and run, the value packed
-    for the payload's transport. ``sys.exit(0)`` (a ported script's ending) is a clean finish
-    returning None; every other exception, KeyboardInterrupt too, is the rank's failure with
-    its traceback starting at the user's frame.
+    first, the generators seeded (random_state), then ``run_call``.
     """
-    try:
+
+    def before() -> None:
         if setup is not None:
             setup()
         random_state()
+
+    return run_call(payload, before)
+
+
+def run_call(
+    payload: Payload,
+    before: Callable[[], None] | None = None,
+    bind: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    shipment: Shipment | None = None,
+) -> Result | Failure:
+    """``before()``, the call unpickled, ``bind(function)`` run, its value packed.
+
+    ``bind`` gives a session's function its namespace (launch/serve.py); the value goes
+    through ``shipment`` (default: the payload's). ``sys.exit(0)`` (a ported script's ending)
+    is a clean finish returning None; every other exception, KeyboardInterrupt too, is the
+    rank's failure with its traceback starting at the user's frame.
+    """
+    try:
+        if before is not None:
+            before()
         function, args, kwargs = load(payload)
+        if bind is not None:
+            function = bind(function)
         value = function(*args, **kwargs)
         try:
-            return _pack(payload, value)
+            return _pack(shipment or payload.shipment, value)
         except SharedMemoryError:
             raise
         except Exception as exc:
@@ -238,15 +265,15 @@ def call(payload: Payload, setup: Callable[[], None] | None = None) -> Result | 
         return Failure.from_exception(exc)
 
 
-def main(
+def start(
     worker: env.WorkerEnv,
     payload: Payload,
     conn: Connection,
     out_w: Connection,
     err_w: Connection,
     lifeline: Connection,
-) -> None:
-    """Run one rank of a launch. Called by ``multiprocessing`` in the child process."""
+) -> Sender:
+    """What a rank sets up before it runs anything; returns its end of the message pipe."""
     # Everything inherited from the forkserver (torch and its modules) lives for the worker's
     # whole life: take it out of the cyclic collector's view. Otherwise the first full
     # collection after the fork walks that whole heap (~100 ms on every launch, measured) and
@@ -265,7 +292,33 @@ def main(
 
     progress.attach(sender)
     live.start(sender)  # [metrics] rank 0's log() rows and every rank's health, to the parent
-    outcome = call(payload, setup=lambda: _cpu_threads(worker, payload.environ))
+    return sender
+
+
+def leave(conn: Connection, failed: bool) -> NoReturn:
+    """Close the message pipe, unlink leftover semaphores, and exit at once."""
+    conn.close()
+    with contextlib.suppress(Exception):
+        _release_semaphores()
+    # Leave now. multiprocessing's own exit would wait for any non-daemon thread the function
+    # left running (a hang) and join its child processes; the parent stops this process
+    # group, so whatever the function started goes with it.
+    os._exit(1 if failed else 0)
+
+
+def main(
+    worker: env.WorkerEnv,
+    payload: Payload,
+    conn: Connection,
+    out_w: Connection,
+    err_w: Connection,
+    lifeline: Connection,
+) -> None:
+    """Run one rank of a launch. Called by ``multiprocessing`` in the child process."""
+    sender = start(worker, payload, conn, out_w, err_w, lifeline)
+    from ..reporting import live, progress
+
+    outcome = call(payload, setup=lambda: share_cpu_threads(worker, payload.environ))
     failed = isinstance(outcome, Failure)
     if failed:
         sender.send(outcome)  # at once: the parent stops the other ranks
@@ -278,10 +331,4 @@ def main(
     if not failed:
         # The result goes last, after every line this rank printed has reached its pipe.
         sender.send(outcome)
-    conn.close()
-    with contextlib.suppress(Exception):
-        _release_semaphores()
-    # Leave now. multiprocessing's own exit would wait for any non-daemon thread the function
-    # left running (a hang) and join its child processes; the parent stops this process
-    # group, so whatever the function started goes with it.
-    os._exit(1 if failed else 0)
+    leave(conn, failed)

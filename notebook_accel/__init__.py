@@ -21,6 +21,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "notebook_launcher": "notebook_accel.launch",
     "debug_launcher": "notebook_accel.launch",
+    "Workers": "notebook_accel.launch.session",
+    "Job": "notebook_accel.launch.session",
     "LaunchConfig": "notebook_accel.config",
     "Accelerator": "notebook_accel.training.accelerator",
     "DistributedType": "notebook_accel.training.state",
@@ -53,6 +55,7 @@ _EXPORTS = {
     "WorkerError": "notebook_accel.errors",
     "WorkerDiedError": "notebook_accel.errors",
     "LaunchTimeoutError": "notebook_accel.errors",
+    "SessionClosedError": "notebook_accel.errors",
     "CheckpointError": "notebook_accel.errors",
     "SharedMemoryError": "notebook_accel.errors",
     "clear_shared_cache": "notebook_accel.launch.shm",
@@ -60,7 +63,15 @@ _EXPORTS = {
     "shared_cache_info": "notebook_accel.launch.shm",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = sorted(_EXPORTS) + ["__version__", "load_ipython_extension"]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext notebook_accel``: the ``%%distributed`` cell magic (faces/magic.py).
+
+    Imported only now, so that importing the package imports neither IPython nor torch.
+    """
+    importlib.import_module("notebook_accel.faces.magic").load_ipython_extension(ipython)
 
 
 def __getattr__(name: str) -> Any:

@@ -50,6 +50,7 @@ _PRELOAD = [
     "torch",
     "torch.distributed",
     "notebook_accel.launch.worker",
+    "notebook_accel.launch.serve",  # a session's workers (launch/session.py)
     "notebook_accel.reporting.progress",
     "notebook_accel.seeding",
     "notebook_accel.reporting.live",

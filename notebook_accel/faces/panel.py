@@ -10,6 +10,11 @@
                   results or exception       -->  panel.results / panel.error, shown plainly
     Stop    --> event.set(): the launcher stops every worker as for a KeyboardInterrupt
 
+With ``workers=`` (a session, launch/session.py) the form shows the session's choices, fixed,
+and Launch becomes Run: ``Workers.call(function, args, display=_PanelDisplay, stop=event)``
+on the session's workers (which keep their namespace); Stop interrupts the run, and the
+session stays usable when every rank comes back.
+
 The panel holds no launch logic: validation is LaunchConfig's and hardware.resolve's, the
 launch is ``notebook_accel.launch.launch``. The launch runs in a thread so that the kernel keeps
 serving widget messages (the Stop button) while the workers run.
@@ -35,6 +40,7 @@ from ..config import LaunchConfig, load_file, save_file
 from ..errors import ConfigError, NotebookAccelError
 from ..launch import charts
 from ..launch.display import Bar, Display
+from ..launch.session import Workers
 from ..reporting.channel import Health, Progress
 
 __all__ = ["LaunchPanel"]
@@ -65,6 +71,7 @@ class LaunchPanel(w.VBox):
         args: its positional arguments.
         kwargs: its keyword arguments.
         machine: the hardware to offer (default: this machine, detected).
+        workers: run on this session's workers instead of launching (the button says Run).
 
     Example:
         >>> panel = LaunchPanel(train, args=(3e-4,))  # doctest: +SKIP
@@ -81,8 +88,10 @@ class LaunchPanel(w.VBox):
         kwargs: dict[str, Any] | None = None,
         *,
         machine: hardware.Machine | None = None,
+        workers: Workers | None = None,
     ) -> None:
         self.function = function
+        self.workers = workers
         self.args = args
         self.kwargs = kwargs
         self.machine = machine or hardware.detect()
@@ -123,6 +132,23 @@ class LaunchPanel(w.VBox):
         )
         self.add_class("notebook-accel-panel")
         self._say(problem or "Ready.", warn=bool(problem))
+        if workers is not None:
+            self._for_session(workers)
+
+    def _for_session(self, workers: Workers) -> None:
+        """The session decided the choices: show them, fixed; Launch becomes Run."""
+        config = workers.config
+        if config.hardware in self._kinds:
+            self.hardware.value = config.hardware
+        self.processes.max = max(self.processes.max, workers.num_processes)
+        self.processes.value = workers.num_processes
+        if config.mixed_precision in self.precision.options:
+            self.precision.value = config.mixed_precision
+        self.accumulation.value = config.gradient_accumulation_steps
+        self.seed.value = "" if config.seed is None else str(config.seed)
+        self.launch_button.description = "Run"
+        self._set_running(False)
+        self._say(f"Runs on the session's workers: {workers.plan.describe()}.")
 
     # -- controls ---------------------------------------------------------------------------
     def _build_controls(self) -> None:
@@ -245,6 +271,9 @@ class LaunchPanel(w.VBox):
         """What the Launch button does: validate, save if asked, start in the background."""
         if self.running:
             return
+        if self.workers is not None:
+            self._start(None, self.workers.num_processes, "Running...")
+            return
         try:
             config = self.launch_config
             if config.cluster is None:  # bad choices are reported before starting
@@ -258,29 +287,38 @@ class LaunchPanel(w.VBox):
                 note = f" (saved as the default in {save_file(config)})"
             except OSError as exc:
                 note = f" (the choices could not be saved: {exc})"
+        self._start(config, config.num_processes or 1, "Starting..." + note)
+
+    def _start(self, config: LaunchConfig | None, processes: int, status: str) -> None:
         self.results, self.error = None, None
         self._stop.clear()
         self.outcome.value = ""
         self.bars.children = ()
         self.chart.layout.display = "none"
         self.chart_line.value = ""
-        display = _PanelDisplay(self, config.num_processes or 1)
+        display = _PanelDisplay(self, processes)
         self._display = display
         self._set_running(True)
-        self._say("Starting..." + note)
+        self._say(status)
         self._thread = threading.Thread(
             target=self._run, args=(config, display), name="notebook-accel-panel", daemon=True
         )
         self._thread.start()
 
-    def _run(self, config: LaunchConfig, display: _PanelDisplay) -> None:
+    def _run(self, config: LaunchConfig | None, display: _PanelDisplay) -> None:
         from ..launch import launch
 
         started = time.monotonic()
         try:
-            self.results = launch(
-                self.function, self.args, self.kwargs, config, display=display, stop=self._stop
-            )
+            if config is None:
+                assert self.workers is not None
+                self.results = self.workers.call(
+                    self.function, self.args, self.kwargs, display=display, stop=self._stop
+                )
+            else:
+                self.results = launch(
+                    self.function, self.args, self.kwargs, config, display=display, stop=self._stop
+                )
         except BaseException as exc:  # noqa: BLE001  (shown in the panel: the thread's end)
             self.error = exc
         finally:
@@ -328,8 +366,10 @@ class LaunchPanel(w.VBox):
         )
 
     def _set_running(self, running: bool) -> None:
-        for control in (*self._choices(), self.launch_button):
-            control.disabled = running
+        fixed = self.workers is not None  # a session's choices were made when it started
+        for control in self._choices():
+            control.disabled = running or fixed
+        self.launch_button.disabled = running
         self.stop_button.disabled = not running
 
     def _say(self, text: str, warn: bool = False) -> None:
@@ -346,7 +386,10 @@ class LaunchPanel(w.VBox):
             return
         exc = self.error
         if isinstance(exc, KeyboardInterrupt):
-            self._say("Stopped: every worker was ended.", warn=True)
+            if self.workers is not None and not self.workers.closed:
+                self._say("Stopped: every rank came back; the session is still usable.", warn=True)
+            else:
+                self._say("Stopped: every worker was ended.", warn=True)
             return
         self._say(f"Failed after {seconds:.1f} s.", warn=True)
         remote = exc.__cause__

@@ -223,3 +223,28 @@ def test_a_rank_that_stops_reporting_is_flagged() -> None:
     panel.stop_button.click()
     assert panel.wait(timeout=15)
     assert "not reporting" not in rows[1].value  # the launch ended: no more flags
+
+
+def test_a_panel_over_a_session_runs_on_its_workers_and_stop_keeps_them() -> None:
+    from notebook_accel import Workers
+
+    def count_runs() -> int:  # a nested function travels by value, as a cell's does
+        global runs
+        runs = globals().get("runs", 0) + 1  # the workers' namespace: kept between runs
+        return runs
+
+    with Workers(num_processes=2, hardware="cpu") as workers:
+        panel = LaunchPanel(count_runs, machine=CPU2, workers=workers)
+        assert panel.launch_button.description == "Run"
+        assert panel.processes.value == 2 and panel.processes.disabled  # the session's choice
+        for expected in (1, 2):
+            panel.launch_button.click()
+            assert panel.wait(timeout=60) and panel.results == [expected, expected], panel.error
+        panel.function = bar_then_sleep
+        panel.launch_button.click()
+        assert _wait_for(lambda: len(panel.bars.children) == 1, 30)
+        panel.stop_button.click()
+        assert panel.wait(timeout=30)
+        assert isinstance(panel.error, KeyboardInterrupt)
+        assert "session is still usable" in panel.status.value
+        assert not workers.closed and workers.pull("runs") == [2, 2]

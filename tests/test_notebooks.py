@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -98,4 +99,16 @@ def test_notebook_runs(path: Path, kernel_env: None) -> None:
         ]
         assert len(images) == 1, "the chart is one image, updated in place"
         assert "[metrics]" not in text  # a notebook gets the chart, not the terminal's line
+    if path.stem == "08_sessions":
+        # The background job drew in the cell that submitted it: its lines (with how it
+        # ended), its bar and its chart; the cell that ran meanwhile has none of them.
+        submit, meanwhile = (
+            next(c for c in notebook.cells if c.cell_type == "code" and c.source.startswith(s))
+            for s in ("job = w.submit", "# meanwhile")
+        )
+        shown = [o["data"] for o in submit.outputs if o.output_type == "display_data"]
+        assert "[notebook_accel] finished in" in shown[0]["text/plain"], shown
+        assert "train: 100%" in shown[1]["text/plain"] and "image/png" in shown[2]
+        assert "train" not in json.dumps(meanwhile.outputs)
+        assert "kept for this session" in text and "[rank 0] rank 0: 16 batches" in text
     print(f"{path.name}: {time.monotonic() - started:.1f} s")

@@ -236,3 +236,65 @@ def test_quickstart_lines_sit_under_their_bars(jupyter: str, tmp_path: Path) -> 
             order.append(f"bar {bar.group(1)}")
     expected = [f"{kind} {epoch}" for epoch in range(5) for kind in ("bar", "line")]
     assert order == expected, text
+
+
+SESSION = """\
+from pathlib import Path
+from notebook_accel import Accelerator, Workers
+w = Workers(num_processes=2, hardware="cpu")
+"""
+SUBMIT = """\
+def train(steps, gate):
+    accelerator = Accelerator()
+    for step in range(steps):
+        if step == steps // 2:
+            while not Path(gate).exists():  # the next cell opens it
+                time.sleep(0.01)
+        print(f"job line {step}")
+        accelerator.log({"loss": 1 / (step + 1)}, step=step)
+        time.sleep(0.05)
+    return step
+job = w.submit(train, 20, GATE)
+"""
+MEANWHILE = 'print("meanwhile, another cell")\nPath(GATE).touch()'
+
+
+def test_a_background_job_draws_in_its_own_cell_in_jupyterlab(jupyter: str, tmp_path: Path) -> None:
+    """The job's lines keep arriving in the submitting cell after the next one ran and the
+    kernel went idle (the kernel is killed with the server at the end, its workers with it)."""
+    gate = repr(str(tmp_path / "gate"))
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("import time\n" + SESSION),
+            nbformat.v4.new_code_cell(SUBMIT.replace("GATE", gate)),
+            nbformat.v4.new_code_cell(MEANWHILE.replace("GATE", gate)),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
+    nbformat.write(notebook, jupyter_root(jupyter) / "session.ipynb")
+    with chromium_page(tmp_path / "profile", height=1400) as page:
+        try:
+            page.goto(f"{jupyter}/lab/tree/session.ipynb?token={TOKEN}", timeout=90_000)
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
+                timeout=90_000
+            )
+            time.sleep(1.0)
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            cells = page.locator(".jp-Notebook .jp-Cell")
+            submitted = cells.nth(1).locator(".jp-OutputArea")
+            submitted.locator(".jp-OutputArea-output", has_text="finished in").wait_for(
+                timeout=120_000
+            )
+            text = submitted.inner_text()
+            other = cells.nth(2).locator(".jp-OutputArea").inner_text()
+            chart = cells.nth(1).locator(".jp-OutputArea-output img").count()
+        finally:
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(ARTIFACTS / "session_lab.png"), full_page=True)
+    for rank in (0, 1):
+        assert [f"job line {s}" for s in range(20)] == re.findall(
+            rf"\[rank {rank}\] (job line \d+)", text
+        ), text
+    assert "meanwhile, another cell" in other and "job line" not in other
+    assert chart == 1  # the live chart, in the submitting cell

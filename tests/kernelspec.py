@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -36,3 +39,42 @@ def install(folder: Path) -> dict[str, str]:
         p for p in (str(folder), os.environ.get("JUPYTER_PATH", "")) if p
     )
     return {"JUPYTER_PATH": jupyter_path, "PYTHONPATH": path}
+
+
+@contextmanager
+def selected(folder: Path) -> Iterator[None]:
+    """The spec installed under ``folder`` selected for a block; the old variables after."""
+    values = install(folder)
+    old = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_cells(sources: list[str], timeout: Callable[[Any], int], path: Path = ROOT) -> list[Any]:
+    """Run ``sources`` as a notebook's cells on a real kernel, errors kept as outputs.
+
+    ``timeout(cell)``: seconds after which nbclient interrupts the cell (the stop button).
+    Returns the cells as a saved notebook would have them.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    NotebookClient(
+        notebook,
+        kernel_name="python3",
+        timeout=180,
+        allow_errors=True,
+        interrupt_on_timeout=True,
+        timeout_func=timeout,
+        resources={"metadata": {"path": str(path)}},
+    ).execute()
+    return list(nbformat.reads(nbformat.writes(notebook), as_version=4).cells)

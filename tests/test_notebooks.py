@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,15 +20,8 @@ NOTEBOOKS = sorted(kernelspec.NOTEBOOKS.glob("*.ipynb"))
 @pytest.fixture(scope="module")
 def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Select the test kernel spec for this module's kernels."""
-    values = kernelspec.install(tmp_path_factory.mktemp("jupyter"))
-    old = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    yield
-    for key, value in old.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with kernelspec.selected(tmp_path_factory.mktemp("jupyter")):
+        yield
 
 
 def test_notebooks_exist() -> None:

@@ -1,9 +1,9 @@
 """``%%distributed``: a notebook cell run on a session's workers, in their namespace.
 
-    %load_ext notebook_accel           -> load_ipython_extension: the magic is registered
-    %%distributed [NAME] [--ranks R] [--timeout S]
-    <plain Python>                     -> Workers.run_cell(cell, ranks, timeout) on the session
-                                          NAME names in the notebook, else the latest opened
+%load_ext notebook_accel           -> load_ipython_extension: the magic is registered
+%%distributed [NAME] [--ranks R] [--timeout S]
+<plain Python>                     -> Workers.run_cell(cell, ranks, timeout) on the session
+                                      NAME names in the notebook, else the latest opened
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from .. import hardware
 from ..config import LaunchConfig, load_file, save_file
 from ..errors import ConfigError, NotebookAccelError
 from ..launch import charts
-from ..launch.display import Bar, Display
+from ..launch.display import Bar, Display, Sink, meter
 from ..launch.session import Workers
 from ..reporting.channel import Health, Progress
 
@@ -412,7 +412,7 @@ class _PanelDisplay(Display):
         self.state = {rank: "starting" for rank in range(num_processes)}
         self.last = dict.fromkeys(range(num_processes), "")
         self.ended: dict[int, set[str]] = {rank: set() for rank in range(num_processes)}
-        self.stdout = self.stderr = _Sink(self)  # type: ignore[assignment]
+        self.stdout = self.stderr = Sink(self.add_lines, self.flush)  # type: ignore[assignment]
         self._rows = [w.HTML() for _ in range(num_processes)]
         self.vitals: dict[int, str] = {}  # rank -> "512 MiB RSS · 35.1 steps/s"
         self._heard: dict[int, tuple[float, Health]] = {}  # rank -> (seen at, last report)
@@ -537,20 +537,6 @@ class _PanelDisplay(Display):
             )
 
 
-class _Sink:
-    """A text stream for the display's lines; the panel shows them in its log."""
-
-    def __init__(self, display: _PanelDisplay) -> None:
-        self.display = display
-
-    def write(self, text: str) -> int:
-        self.display.add_lines(text)
-        return len(text)
-
-    def flush(self) -> None:
-        self.display.flush()
-
-
 class _WidgetBar:
     """A worker's progress bar as widgets: a progress bar and tqdm's text next to it."""
 
@@ -563,21 +549,9 @@ class _WidgetBar:
         self.done = False
 
     def show(self, message: Progress, postfix: str) -> None:
-        from tqdm import tqdm
-
         total = message.total
         self.progress.value = min(1.0, message.n / total) if total else 0.0
-        self.text.value = html.escape(
-            tqdm.format_meter(
-                message.n,
-                total,
-                time.monotonic() - self.started,
-                prefix=self.prefix + message.desc,
-                unit=message.unit,
-                postfix=postfix or None,
-                ncols=0,
-            )
-        )
+        self.text.value = html.escape(meter(self.prefix, message, self.started, postfix))
         if message.closed:
             self.done = True
             self.progress.bar_style = "success"

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..reporting.channel import Progress
 from . import charts
-from .display import Bar, Display
+from .display import Bar, Display, Sink, meter
 
 __all__ = ["CellDisplay"]
 
@@ -57,7 +57,7 @@ class CellDisplay(Display):
         self._lines_handle = _handle({"text/plain": ""})
         self._bars_handle = _handle({"text/plain": ""})
         self._chart_handle = _handle({"text/plain": ""})
-        self.stdout = self.stderr = _Lines(self)  # type: ignore[assignment]
+        self.stdout = self.stderr = Sink(self.add, self.refresh)  # type: ignore[assignment]
 
     # -- what the job said ----------------------------------------------------------------
     def add(self, text: str) -> None:
@@ -122,20 +122,6 @@ class CellDisplay(Display):
             return "\n".join(self.lines)
 
 
-class _Lines:
-    """The text stream the display writes whole lines to."""
-
-    def __init__(self, display: CellDisplay) -> None:
-        self.display = display
-
-    def write(self, text: str) -> int:
-        self.display.add(text)
-        return len(text)
-
-    def flush(self) -> None:
-        self.display.refresh()
-
-
 class _TextBar:
     """A worker's bar as tqdm's text meter, one line of the bars' output."""
 
@@ -146,18 +132,7 @@ class _TextBar:
         self.started = time.monotonic()
 
     def show(self, message: Progress, postfix: str) -> None:
-        from tqdm import tqdm
-
-        meter = tqdm.format_meter(
-            message.n,
-            message.total,
-            time.monotonic() - self.started,
-            prefix=self.prefix + message.desc,
-            unit=message.unit,
-            postfix=postfix or None,
-            ncols=100,
-        )
-        self.display.set_bar(self.key, meter)
+        self.display.set_bar(self.key, meter(self.prefix, message, self.started, postfix, 100))
 
     def close(self) -> None:
         """The meter stays, showing the bar's last state."""

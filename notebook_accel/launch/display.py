@@ -10,12 +10,14 @@ starts: in Jupyter that is the running cell, in a terminal the terminal.
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
 from ..reporting.channel import Health, Metrics, Progress
 from . import charts
 
-__all__ = ["Display", "Bar", "TqdmBar"]
+__all__ = ["Display", "Bar", "Sink", "TqdmBar", "meter"]
 
 _MAX_LINE = 1 << 16  # a line longer than this is written in pieces
 
@@ -159,6 +161,38 @@ class Display:
         (the panel also flags ranks gone quiet)."""
         if self._live is not None:
             self._live.catch_up()
+
+
+class Sink:
+    """A text stream for a display that draws its lines elsewhere (a panel, a cell's handle).
+
+    ``take`` gets the whole lines the display writes; ``flush`` is called after them.
+    """
+
+    def __init__(self, take: Callable[[str], None], flush: Callable[[], None]) -> None:
+        self._take = take
+        self.flush = flush
+
+    def write(self, text: str) -> int:
+        self._take(text)
+        return len(text)
+
+
+def meter(prefix: str, message: Progress, started: float, postfix: str, ncols: int = 0) -> str:
+    """tqdm's text meter of a worker's bar (``started``: when the bar appeared, monotonic)."""
+    from tqdm import tqdm
+
+    return str(
+        tqdm.format_meter(
+            message.n,
+            message.total,
+            time.monotonic() - started,
+            prefix=prefix + message.desc,
+            unit=message.unit,
+            postfix=postfix or None,
+            ncols=ncols,
+        )
+    )
 
 
 class Bar(Protocol):

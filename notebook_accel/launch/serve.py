@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
 import functools
 import linecache
 import pickle
@@ -43,13 +42,13 @@ from ..reporting.channel import Failure, Result
 from .payload import Payload
 from .transport import Paired, Shipment
 from .worker import (
-    finish_distributed,
     flush_all,
     leave,
     random_state,
     run_call,
     share_cpu_threads,
     start,
+    wind_down,
 )
 
 __all__ = ["Cell", "Namespace", "bind", "main", "namespace", "probe", "pull_value", "push_values"]
@@ -241,17 +240,13 @@ def _ready(worker: env.WorkerEnv, payload: Payload) -> Result | Failure:
     return Result(pickle.dumps(None))
 
 
-def main(
-    worker: env.WorkerEnv,
-    payload: Payload,
-    conn: Connection,
-    out_w: Connection,
-    err_w: Connection,
-    lifeline: Connection,
-    commands: Connection,
-) -> None:
-    """Serve one rank of a session. Called by ``multiprocessing`` in the child process."""
-    sender = start(worker, payload, conn, out_w, err_w, lifeline)
+def main(worker: env.WorkerEnv, payload: Payload, *pipes: Connection) -> None:
+    """Serve one rank of a session. Called by ``multiprocessing`` in the child process.
+
+    ``pipes``: the child ends worker.start takes, then the commands pipe.
+    """
+    *launch_pipes, commands = pipes
+    sender = start(worker, payload, *launch_pipes)
     assert payload.shipment is not None, "the session's results shipment comes with the start"
     results = payload.shipment
     signal.signal(signal.SIGINT, _on_interrupt)
@@ -263,16 +258,8 @@ def main(
             data = commands.recv_bytes()
         except (EOFError, OSError):
             break  # the parent is gone (the lifeline ends this process too)
-        task = _task(data, results) if data else None
-        if task is None:
-            break
-        sender.send(task)
-    from ..reporting import live, progress
-
-    progress.detach()
-    live.stop()
-    if not failed:
-        with contextlib.suppress(Exception):
-            finish_distributed()
-    flush_all()
-    leave(conn, failed)
+        if not data:
+            break  # close()
+        sender.send(_task(data, results))
+    wind_down(failed)
+    leave(launch_pipes[0], failed)

@@ -58,6 +58,20 @@ if TYPE_CHECKING:
 
 __all__ = ["Job", "Workers", "latest"]
 
+# Workers' arguments that go to LaunchConfig as they are.
+_OPTIONS = (
+    "num_processes",
+    "mixed_precision",
+    "hardware",
+    "output",
+    "timeout",
+    "gradient_accumulation_steps",
+    "seed",
+    "start_method",
+    "fsdp",
+    "deepspeed",
+    "parallelism_config",
+)
 _GRACE = 5.0  # seconds interrupted ranks get to come back, and the probe to answer
 _CLOSE_GRACE = 5.0  # seconds the workers get to leave the group and exit by themselves
 _USABLE = (
@@ -237,21 +251,8 @@ class Workers:
         max_restarts: int | None = None,
     ) -> None:
         _reject(cluster=cluster, num_nodes=num_nodes, max_restarts=max_restarts)
-        self.config = LaunchConfig.from_defaults(
-            num_processes=num_processes,
-            mixed_precision=mixed_precision,
-            hardware=hardware,
-            output=output,
-            timeout=timeout,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            seed=seed,
-            start_method=start_method,
-            fsdp=fsdp,
-            deepspeed=deepspeed,
-            parallelism_config=parallelism_config,
-            num_nodes=1,
-            max_restarts=0,
-        )
+        given = {name: value for name, value in locals().items() if name in _OPTIONS}
+        self.config = LaunchConfig.from_defaults(**given, num_nodes=1, max_restarts=0)
         self.plan = plan_for(self.config)
         if self.plan.backend == "xla":
             raise ConfigError(

@@ -49,6 +49,7 @@ __all__ = [
     "run_call",
     "share_cpu_threads",
     "start",
+    "wind_down",
 ]
 
 
@@ -306,29 +307,31 @@ def leave(conn: Connection, failed: bool) -> NoReturn:
     os._exit(1 if failed else 0)
 
 
-def main(
-    worker: env.WorkerEnv,
-    payload: Payload,
-    conn: Connection,
-    out_w: Connection,
-    err_w: Connection,
-    lifeline: Connection,
-) -> None:
-    """Run one rank of a launch. Called by ``multiprocessing`` in the child process."""
-    sender = start(worker, payload, conn, out_w, err_w, lifeline)
+def wind_down(failed: bool) -> None:
+    """The end of a rank's work: reporting stops (the last logged rows leave first), the
+    process group is left together unless the rank failed, and the output is flushed."""
     from ..reporting import live, progress
 
-    outcome = call(payload, setup=lambda: share_cpu_threads(worker, payload.environ))
-    failed = isinstance(outcome, Failure)
-    if failed:
-        sender.send(outcome)  # at once: the parent stops the other ranks
     progress.detach()
-    live.stop()  # the last logged rows leave before the Result
+    live.stop()
     if not failed:
         with contextlib.suppress(Exception):
             finish_distributed()
     flush_all()
+
+
+def main(worker: env.WorkerEnv, payload: Payload, *pipes: Connection) -> None:
+    """Run one rank of a launch. Called by ``multiprocessing`` in the child process.
+
+    ``pipes``: the child ends ``start`` takes (messages, stdout, stderr, lifeline).
+    """
+    sender = start(worker, payload, *pipes)
+    outcome = call(payload, setup=lambda: share_cpu_threads(worker, payload.environ))
+    failed = isinstance(outcome, Failure)
+    if failed:
+        sender.send(outcome)  # at once: the parent stops the other ranks
+    wind_down(failed)
     if not failed:
         # The result goes last, after every line this rank printed has reached its pipe.
         sender.send(outcome)
-    leave(conn, failed)
+    leave(pipes[0], failed)

@@ -163,6 +163,19 @@ def _release(gate: Path, step: int) -> None:
     (gate / f"seen_{step}").write_text("")
 
 
+def _run_all(page: Any, url: str) -> None:
+    """Open the notebook at ``url`` and run all its cells once its kernel is idle."""
+    page.goto(url, timeout=90_000)
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
+    # The kernel is ready when the toolbar's execution indicator says idle.
+    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
+        timeout=90_000
+    )
+    time.sleep(1.0)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+
+
 @pytest.mark.parametrize("ui", ["lab", "notebooks"], ids=["jupyterlab", "notebook7"])
 def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> None:
     pytest.importorskip("matplotlib", reason="the chart needs matplotlib")
@@ -170,16 +183,7 @@ def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> N
     gate = jupyter_root(jupyter) / "gate"
     with chromium_page(tmp_path / "profile") as page:
         try:
-            page.goto(url, timeout=90_000)
-            cells = page.locator(".jp-Notebook .jp-Cell")
-            cells.nth(1).wait_for(timeout=90_000)
-            # The kernel is ready when the toolbar's execution indicator says idle.
-            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
-                timeout=90_000
-            )
-            time.sleep(1.0)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            _run_all(page, url)
             page.locator(".jp-OutputArea-output img").last.wait_for(timeout=90_000)
             # Two moments on the same step axis (0 to 50), rank 0 waiting at each until it is
             # seen: the line runs further in the second.
@@ -208,13 +212,7 @@ def test_quickstart_lines_sit_under_their_bars(jupyter: str, tmp_path: Path) -> 
     nbformat.write(quickstart, root / "quickstart.ipynb")
     with chromium_page(tmp_path / "profile", height=1400) as page:
         try:
-            page.goto(f"{jupyter}/lab/tree/quickstart.ipynb?token={TOKEN}", timeout=90_000)
-            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
-                timeout=90_000
-            )
-            time.sleep(1.0)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            _run_all(page, f"{jupyter}/lab/tree/quickstart.ipynb?token={TOKEN}")
             launch_cell = page.locator(".jp-Cell", has_text="losses = notebook_launcher")
             done = launch_cell.locator(".jp-OutputArea-output", has_text="rank 1 of 2 done")
             done.wait_for(timeout=120_000)
@@ -274,13 +272,7 @@ def test_a_background_job_draws_in_its_own_cell_in_jupyterlab(jupyter: str, tmp_
     nbformat.write(notebook, jupyter_root(jupyter) / "session.ipynb")
     with chromium_page(tmp_path / "profile", height=1400) as page:
         try:
-            page.goto(f"{jupyter}/lab/tree/session.ipynb?token={TOKEN}", timeout=90_000)
-            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
-                timeout=90_000
-            )
-            time.sleep(1.0)
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            _run_all(page, f"{jupyter}/lab/tree/session.ipynb?token={TOKEN}")
             cells = page.locator(".jp-Notebook .jp-Cell")
             submitted = cells.nth(1).locator(".jp-OutputArea")
             submitted.locator(".jp-OutputArea-output", has_text="finished in").wait_for(

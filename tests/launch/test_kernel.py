@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import kernelspec
 
 CELLS = [
     # 0: define the function in a cell (it can only travel by value)
@@ -37,19 +34,9 @@ CELLS = [
 
 
 def _run_notebook() -> list[Any]:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    client = NotebookClient(
-        nb,
-        kernel_name="python3",
-        timeout=90,
-        allow_errors=True,
-        interrupt_on_timeout=True,
-        timeout_func=lambda cell: 8 if "time.sleep(120)" in cell.source else 90,
-        resources={"metadata": {"path": str(ROOT)}},
+    return kernelspec.run_cells(
+        CELLS, timeout=lambda cell: 8 if "time.sleep(120)" in cell.source else 90
     )
-    client.execute()
-    return list(nb.cells)
 
 
 @pytest.fixture(scope="module")

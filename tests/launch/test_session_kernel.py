@@ -11,20 +11,17 @@ import ast
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import psutil
 import pytest
 from jupyter_client.manager import KernelManager
-from nbclient import NotebookClient
 
 from tests import kernelspec
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
 
 SETUP = """\
 import gc, json, os, time
@@ -128,36 +125,20 @@ def _source(name: str, gate: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    values = kernelspec.install(tmp_path_factory.mktemp("jupyter"))
-    old = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    yield
-    for key, value in old.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with kernelspec.selected(tmp_path_factory.mktemp("jupyter")):
+        yield
 
 
 @pytest.fixture(scope="module")
 def cells(kernel_env: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     gate = tmp_path_factory.mktemp("gate") / "open"
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(_source(name, gate)) for name in NAMES]
-    client = NotebookClient(
-        notebook,
-        kernel_name="python3",
-        timeout=180,
-        allow_errors=True,
-        interrupt_on_timeout=True,
+    ran = kernelspec.run_cells(
+        [_source(name, gate) for name in NAMES],
         # the stop button while the ranks sleep (nbclient interrupts the cell on its timeout)
-        timeout_func=lambda cell: 8 if "time.sleep(120)" in cell.source else 180,
-        resources={"metadata": {"path": str(ROOT)}},
+        timeout=lambda cell: 8 if "time.sleep(120)" in cell.source else 180,
     )
-    client.execute()
-    saved = nbformat.reads(nbformat.writes(notebook), as_version=4)  # as it would be saved
-    return dict(zip(NAMES, saved.cells, strict=True))
+    return dict(zip(NAMES, ran, strict=True))
 
 
 def _text(cell: Any) -> str:
@@ -265,7 +246,7 @@ class _Kernel:
 
     def __init__(self) -> None:
         self.manager = KernelManager(kernel_name="python3")
-        self.manager.start_kernel(cwd=str(ROOT))
+        self.manager.start_kernel(cwd=str(kernelspec.ROOT))
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)

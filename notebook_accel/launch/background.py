@@ -105,6 +105,7 @@ class CellDisplay(Display):
         return "\n".join(shown)
 
     def tick(self) -> None:
+        super().tick()  # rows the chart's interval held back
         self.refresh()
 
     def close(self) -> None:

@@ -996,15 +996,30 @@ class Accelerator:
         Without ``input_dir``, automatic checkpoint naming loads the newest
         ``checkpoint_<n>``, and later saves continue from ``checkpoint_<n+1>``.
 
+        Nothing is unpickled but tensors and plain data: every file is read with
+        ``weights_only=True`` (DCP's metadata through a reader of its own classes only), and
+        a file that needs more is refused, naming it, as a planted pickle in a downloaded
+        folder would run code. Unlike accelerate, ``custom_checkpoint_<n>.pkl`` too. For a
+        folder you trust: ``load_state(folder, load_kwargs={"weights_only": False})``.
+
         Args:
             input_dir: the checkpoint folder.
-            load_kwargs: accepted for accelerate's signature; unused.
+            load_kwargs: accelerate's options for the loads; ``{"weights_only": False}``
+                unpickles whatever the files hold. Others are ignored (files are read on the
+                CPU).
             load_model_func_kwargs: accepted for accelerate's signature; unused.
 
         Raises:
-            CheckpointError: a file is missing or does not match (it names the file).
-            ConfigError: no folder given and automatic naming off.
+            CheckpointError: a file is missing, does not match, or needs full unpickling
+                without the opt-in (it names the file).
+            ConfigError: no folder given and automatic naming off; ``weights_only`` not a bool.
+
+        Example:
+            >>> accelerator.load_state("ckpt")  # doctest: +SKIP
+            >>> trust = {"weights_only": False}  # a folder you trust
+            >>> accelerator.load_state("mine", load_kwargs=trust)  # doctest: +SKIP
         """
+        trusted = checkpoint.trusted(load_kwargs)
         config = self.project_configuration
         if input_dir is None:
             if not config.automatic_checkpoint_naming:
@@ -1026,8 +1041,9 @@ class Accelerator:
             input_dir,
             self.state,
             dataclasses.replace(objects, model=models),
-            read_sharded=sharded.load if sharded else None,
+            read_sharded=functools.partial(sharded.load, trusted=trusted) if sharded else None,
             scaler=self.scaler,
+            trusted=trusted,
         )
         self.step = progress["step"]
         self.gradient_state.micro_step = progress["micro_step"]

@@ -3,7 +3,9 @@
     weights      safetensors (``model.safetensors``) or torch.save (``pytorch_model.bin``);
                  tensors that share storage (tied weights) are written once, as accelerate does
     shards       ``model-00001-of-00003.safetensors`` + ``model.safetensors.index.json``
-    other state  torch.save, loaded back with ``weights_only=True`` first
+    other state  torch.save, loaded back with ``weights_only=True``: tensors and plain data,
+                 nothing that runs code; a file that needs more is refused unless the caller
+                 trusts the folder (``load_state(folder, load_kwargs={"weights_only": False})``)
     RNG states   accelerate's ``random_states_<rank>.pkl`` dict; numpy's state is a numpy array,
                  so loading it allowlists exactly numpy's array-rebuilding globals
 
@@ -38,6 +40,7 @@ __all__ = [
     "rng_file_state",
     "restore_rng_file_state",
     "load_rng_file",
+    "untrusted",
     "save_model_files",
     "parse_size",
 ]
@@ -72,21 +75,40 @@ def save_object(obj: Any, target: str | os.PathLike[str] | IO[bytes]) -> None:
         torch.save(obj, target)
 
 
-def load_object(path: Path, unrestricted: bool = False) -> Any:
-    """``torch.load`` on the CPU, ``weights_only=True``; full unpickling only if allowed.
+def load_object(path: Path, trusted: bool = False) -> Any:
+    """``torch.load`` on the CPU with ``weights_only=True`` (numpy's RNG globals allowed).
+
+    Args:
+        path: the file.
+        trusted: the caller opted in to full unpickling
+            (``load_state(folder, load_kwargs={"weights_only": False})``): a file that
+            ``weights_only`` refuses is then loaded whole, running whatever it holds.
 
     Raises:
-        CheckpointError: the file is missing.
+        CheckpointError: the file is missing, or it needs full unpickling and is not trusted
+            (the message names the file, what it needs, and the opt-in).
     """
     if not path.is_file():
         raise CheckpointError(path, "file missing; the folder is not a complete checkpoint")
     try:
         with torch.serialization.safe_globals(_NUMPY_GLOBALS):
             return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        if not unrestricted:
-            raise
-        return torch.load(path, map_location="cpu", weights_only=False)
+    except pickle.UnpicklingError as err:
+        if not trusted:
+            raise untrusted(path, err) from None
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def untrusted(path: object, err: BaseException) -> CheckpointError:
+    """The refusal of a file that holds more than tensors and plain data."""
+    found = re.search(r"GLOBAL (\S+)", str(err))
+    what = f" (it names {found.group(1)})" if found else ""
+    return CheckpointError(
+        path,
+        f"holds pickled Python objects beyond tensors and plain data{what}, and unpickling "
+        "them runs code chosen by whoever wrote the file, so it was not loaded. If you trust "
+        "this checkpoint: load_state(folder, load_kwargs={'weights_only': False})",
+    )
 
 
 def _storage_key(tensor: torch.Tensor) -> tuple[Any, ...]:
@@ -139,15 +161,15 @@ def save_weights_file(
         target.write(save(tensors, metadata={"format": "pt"}))
 
 
-def load_weights_file(path: Path) -> dict[str, torch.Tensor]:
-    """A state dict from ``.safetensors`` or a torch file, on the CPU."""
+def load_weights_file(path: Path, trusted: bool = False) -> dict[str, torch.Tensor]:
+    """A state dict from ``.safetensors`` or a torch file (``weights_only``), on the CPU."""
     if not path.is_file():
         raise CheckpointError(path, "file missing; the folder is not a complete checkpoint")
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
         return load_file(path, device="cpu")
-    return dict(load_object(path))
+    return dict(load_object(path, trusted))
 
 
 def load_weights_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
@@ -202,9 +224,9 @@ def restore_rng_file_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["torch_cuda_manual_seed"])
 
 
-def load_rng_file(path: Path) -> dict[str, Any]:
+def load_rng_file(path: Path, trusted: bool = False) -> dict[str, Any]:
     """Read a ``random_states_<rank>.pkl`` without running arbitrary pickled code."""
-    return dict(load_object(path))
+    return dict(load_object(path, trusted))
 
 
 # ---- whole-model export (save_model) ---------------------------------------------------------

@@ -28,6 +28,10 @@ that name it made at that step, so a save made by the main process alone does no
 later save by every rank (unless both are at the same step into a folder of the same name:
 then the other ranks' random states of the second may be lost, and load_state says so).
 
+Loading unpickles nothing but tensors and plain data (``weights_only=True`` for every file,
+numpy's RNG globals allowed); a file that needs more is refused, naming it, unless the caller
+trusts the folder (``trusted``: ``load_state(folder, load_kwargs={"weights_only": False})``).
+
 A crash while writing leaves ``<name>`` untouched; should one fall between the two renames,
 ``load_state`` finds ``.<name>.old``. FSDP's sharded state is written by every rank into the
 writer's staging folder (torch.distributed.checkpoint is collective), so that path keeps
@@ -50,11 +54,11 @@ from typing import Any
 import torch
 
 from ... import env
-from ...errors import CheckpointError
+from ...errors import CheckpointError, ConfigError
 from ..state import ProcessState
 from . import files as io
 
-__all__ = ["Stateful", "save_state", "load_state", "META", "file_name"]
+__all__ = ["Stateful", "save_state", "load_state", "trusted", "META", "file_name"]
 
 FORMAT = 2
 META = "notebook_accel.json"
@@ -67,9 +71,6 @@ _FILES = {
     "loader": ("dataloader", ".bin"),
     "custom": ("custom_checkpoint", ".pkl"),
 }
-# Kinds whose state may hold arbitrary Python objects (a scheduler's lambda object, a user's
-# registered object): loaded with weights_only=True first, full unpickling only if needed.
-_UNRESTRICTED = ("scheduler", "custom")
 # Pairs save_state calls across ranks without a collective: the same launch, the same step,
 # the same folder name (paths may differ: one disk per machine) and the same count of such
 # saves so far in this launch (a process Ray reuses runs the ranks of several launches).
@@ -314,8 +315,11 @@ def _model_file(folder: Path, index: int) -> Path:
     return legacy if legacy.is_file() else safe
 
 
-def _read(folder: Path, objects: Stateful, meta: dict[str, Any] | None) -> dict[str, Any]:
-    """Every shared file this job's objects need, read into CPU memory."""
+def _read(
+    folder: Path, objects: Stateful, meta: dict[str, Any] | None, trusted: bool
+) -> dict[str, Any]:
+    """Every shared file this job's objects need, read into CPU memory (``weights_only``
+    unless ``trusted``)."""
     _check_counts(folder, meta, objects)
     contents: dict[str, Any] = {"meta": meta}
     for kind, items in objects.kinds().items():
@@ -325,13 +329,12 @@ def _read(folder: Path, objects: Stateful, meta: dict[str, Any] | None) -> dict[
         read = []
         for i in range(len(items)):
             if kind == "model":
-                read.append(io.load_weights_file(_model_file(folder, i)))
+                read.append(io.load_weights_file(_model_file(folder, i), trusted))
             else:
-                unrestricted = kind in _UNRESTRICTED
-                read.append(io.load_object(folder / file_name(kind, i), unrestricted))
+                read.append(io.load_object(folder / file_name(kind, i), trusted))
         contents[kind] = read
     scaler = folder / "scaler.pt"
-    contents["scaler"] = io.load_object(scaler) if scaler.is_file() else None
+    contents["scaler"] = io.load_object(scaler, trusted) if scaler.is_file() else None
     return contents
 
 
@@ -348,26 +351,32 @@ def _complete(folder: Path, objects: Stateful, meta: dict[str, Any] | None) -> b
     return bool(others) and all(p.is_file() for p in needed)
 
 
-def _shared_contents(folder: Path | None, state: ProcessState, objects: Stateful) -> dict[str, Any]:
+def _shared_contents(
+    folder: Path | None, state: ProcessState, objects: Stateful, trusted: bool
+) -> dict[str, Any]:
     """The shared files' contents: from this rank's folder, or sent by rank 0 when some rank's
     folder has only its RNG file (machines with local disks, not saving on each node)."""
     meta = _read_meta(folder) if folder is not None else None
     have = folder is not None and _complete(folder, objects, meta)
     if state.world_size == 1 or state.backend == "xla":
         assert folder is not None  # load_state raised already
-        return _read(folder, objects, meta)
+        return _read(folder, objects, meta, trusted)
     import torch.distributed as dist
 
     flags: list[Any] = [None] * state.world_size
     dist.all_gather_object(flags, have)
     if all(flags):
         assert folder is not None
-        return _read(folder, objects, meta)
+        return _read(folder, objects, meta, trusted)
     if not flags[0]:
         raise CheckpointError(folder or "", "the main process's folder is not a checkpoint")
-    box = [_read(folder, objects, meta) if state.is_main_process else None]  # type: ignore[arg-type]
+    box: list[Any] = [None]
+    if state.is_main_process:  # the others unpickle what it read: members of the job only
+        assert folder is not None  # flags[0]
+        box[0] = _read(folder, objects, meta, trusted)
     dist.broadcast_object_list(box, src=0)
-    return box[0]  # type: ignore[return-value]
+    contents: dict[str, Any] = box[0]
+    return contents
 
 
 def _apply(folder: Path, contents: dict[str, Any], objects: Stateful) -> None:
@@ -387,7 +396,7 @@ def _apply(folder: Path, contents: dict[str, Any], objects: Stateful) -> None:
 
 
 def _restore_rng(
-    folder: Path | None, state: ProcessState, meta: dict[str, Any] | None
+    folder: Path | None, state: ProcessState, meta: dict[str, Any] | None, trusted: bool
 ) -> int | None:
     """Restore this rank's RNG states; return the step its file holds (None: no file)."""
     path = (folder or Path()) / f"random_states_{state.rank}.pkl"
@@ -406,7 +415,7 @@ def _restore_rng(
             stacklevel=3,
         )
         return None
-    rng = io.load_rng_file(path)
+    rng = io.load_rng_file(path, trusted)
     if meta is not None and rng.get("step") != meta["step"]:
         warnings.warn(
             f"{path} is from another save (step {rng.get('step')}, the checkpoint's is "
@@ -418,22 +427,47 @@ def _restore_rng(
     return int(rng["step"]) if "step" in rng else None
 
 
+def trusted(load_kwargs: dict[str, Any] | None) -> bool:
+    """Whether ``load_state``'s ``load_kwargs`` opt in to full unpickling (accelerate's
+    ``{"weights_only": False}``).
+
+    Raises:
+        ConfigError: ``load_kwargs`` is not a dict, or its ``weights_only`` not a bool.
+
+    Example:
+        >>> trusted({"weights_only": False})
+        True
+    """
+    accepted = "a dict such as {'weights_only': False} (to trust the folder), or None"
+    if load_kwargs is None:
+        return False
+    if not isinstance(load_kwargs, dict):
+        raise ConfigError("load_kwargs", load_kwargs, accepted)
+    weights_only = load_kwargs.get("weights_only", True)
+    if not isinstance(weights_only, bool):
+        raise ConfigError("load_kwargs['weights_only']", weights_only, "True or False")
+    return not weights_only
+
+
 def load_state(
     directory: str | os.PathLike[str],
     state: ProcessState,
     objects: Stateful,
     read_sharded: Callable[[Path], None] | None = None,
     scaler: Any = None,
+    trusted: bool = False,
 ) -> dict[str, int]:
     """Restore ``objects`` and this rank's RNG states; return ``{"step", "micro_step"}``.
 
     Reads folders written by :func:`save_state` or by accelerate's ``save_state``. A rank
     whose folder lacks the shared files (only its own RNG file, as a machine with a local disk
     has) gets them from rank 0. ``read_sharded(folder)`` restores FSDP state on every rank;
-    ``scaler`` (fp16's GradScaler) gets ``scaler.pt``.
+    ``scaler`` (fp16's GradScaler) gets ``scaler.pt``. Every file is read with
+    ``weights_only=True``; ``trusted`` (the caller's opt-in) unpickles what that refuses.
 
     Raises:
-        CheckpointError: a file is missing or does not match (it names the file).
+        CheckpointError: a file is missing, does not match, or needs full unpickling and
+            ``trusted`` is off (it names the file).
     """
     try:
         folder: Path | None = find(directory)
@@ -441,7 +475,7 @@ def load_state(
         if state.world_size == 1:
             raise
         folder = None  # a machine whose disk never got this checkpoint: rank 0 sends it
-    contents = _shared_contents(folder, state, objects)
+    contents = _shared_contents(folder, state, objects, trusted)
     meta = contents["meta"]
     where = folder or Path(directory).absolute()
     _apply(where, contents, objects)
@@ -449,7 +483,7 @@ def load_state(
         scaler.load_state_dict(contents["scaler"])
     if read_sharded is not None:
         read_sharded(where)
-    rng_step = _restore_rng(folder, state, meta)
+    rng_step = _restore_rng(folder, state, meta, trusted)
     state.barrier()
     if meta is not None:
         return {"step": int(meta["step"]), "micro_step": int(meta["micro_step"])}

@@ -7,6 +7,9 @@
     load_state
         DCP reads the shards this job's layout needs from whatever layout wrote them: a
         checkpoint saved by 2 processes loads into 1 (or into another FSDP layout).
+        Nothing is unpickled but DCP's own metadata classes (``.metadata``, through
+        _MetadataUnpickler) and tensors and plain data (the state's non-tensor values, with
+        ``weights_only=True``), unless the caller trusts the folder.
 
 Keys are qualified parameter names (``get_model_state_dict``/``get_optimizer_state_dict``), so a
 plain module and an FSDP module read and write the same checkpoint.
@@ -14,7 +17,9 @@ plain module and an FSDP module read and write the same checkpoint.
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,6 +27,8 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import CheckpointException
+from torch.distributed.checkpoint import metadata as dcp_metadata
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
@@ -31,11 +38,103 @@ from torch.distributed.checkpoint.state_dict import (
 
 from ...errors import CheckpointError
 from ..strategies.sharder import is_sharded
+from .files import untrusted
 from .folder import Stateful, find
 
 __all__ = ["SHARDED_DIR", "ShardedPart", "split"]
 
 SHARDED_DIR = "sharded"
+
+# What DCP's .metadata pickle may name: its own metadata classes, and the few torch and pathlib
+# values they hold. Anything else (a planted os.system, say) is refused by name.
+_METADATA_GLOBALS = {
+    ("torch.distributed.checkpoint.metadata", name)
+    for name in (
+        "Metadata",
+        "MetadataIndex",
+        "ChunkStorageMetadata",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "TensorProperties",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
+    )
+} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch", "Size"),
+    ("torch.serialization", "_get_layout"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+    ("collections", "OrderedDict"),
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Unpickles DCP's metadata classes and torch dtypes, and refuses every other global."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _METADATA_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"Unsupported global: GLOBAL {module}.{name}")
+
+
+class _SafeReader(dcp.FileSystemReader):
+    """DCP's file reader, with the metadata read (once) through :class:`_MetadataUnpickler`."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._read: dict[int | None, dcp_metadata.Metadata] = {}
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> dcp_metadata.Metadata:
+        rank = kwargs.get("rank")
+        if rank not in self._read:
+            name = ".metadata" if rank is None else f"__{rank}.metadata"
+            self._read[rank] = _safe_metadata(Path(self.path) / name, self.load_id)
+        return self._read[rank]
+
+
+def _safe_metadata(path: Path, load_id: str) -> dcp_metadata.Metadata:
+    with open(path, "rb") as file:
+        try:
+            metadata = _MetadataUnpickler(file).load()
+        except pickle.UnpicklingError as err:
+            raise untrusted(path, err) from None
+    if not isinstance(metadata, dcp_metadata.Metadata):
+        raise CheckpointError(path, f"holds a {type(metadata).__name__}, not DCP metadata")
+    storage = getattr(metadata, "storage_meta", None) or dcp_metadata.StorageMeta()
+    storage.load_id = load_id  # as FileSystemReader does
+    metadata.storage_meta = storage
+    return metadata
+
+
+class _SafePlanner(dcp.DefaultLoadPlanner):
+    """DCP's load planner, reading non-tensor values with ``weights_only=True``.
+
+    DCP itself loads them with ``weights_only=False``; here each is loaded safely first and
+    handed on re-serialised, so the full unpickling runs only on bytes this process made.
+    DCP wraps what this raises in its own exception: ``refused`` keeps ours.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        self.refused: CheckpointError | None = None
+
+    def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+        try:
+            loaded = torch.load(value, weights_only=True)
+        except pickle.UnpicklingError as err:
+            where = f"{self.folder} (the value of {read_item.dest_index.fqn})"
+            self.refused = untrusted(where, err)
+            raise self.refused from None
+        again = io.BytesIO()
+        torch.save(loaded, again)
+        again.seek(0)
+        super().load_bytes(read_item, again)
 
 
 def _module(model: torch.nn.Module) -> torch.nn.Module:
@@ -78,21 +177,37 @@ class ShardedPart:
         """Every rank writes its shards into ``folder/sharded`` (a collective call)."""
         dcp.save(self._state(), checkpoint_id=folder / SHARDED_DIR)
 
-    def load(self, folder: Path) -> None:
+    def load(self, folder: Path, trusted: bool = False) -> None:
         """Every rank reads what its shards need from ``folder/sharded``.
 
+        Args:
+            folder: the checkpoint folder.
+            trusted: the caller's opt-in to DCP's own full unpickling.
+
         Raises:
-            CheckpointError: the folder has no sharded part, or its keys do not match.
+            CheckpointError: the folder has no sharded part, its keys do not match, or a file
+                needs full unpickling and ``trusted`` is off.
         """
         path = folder / SHARDED_DIR
         if not (path / ".metadata").is_file():
             raise CheckpointError(path, "missing: the checkpoint was not saved with FSDP")
         state = self._state()
+        options: dict[str, Any] = {"checkpoint_id": path}
+        planner = None
+        if not trusted:
+            reader = _SafeReader(path)
+            reader.read_metadata()  # refused here, in our frame, rather than inside DCP's steps
+            planner = _SafePlanner(path)
+            options.update(storage_reader=reader, planner=planner)
         try:
             with warnings.catch_warnings():
                 # One process without a group is the intended 2 -> 1 resharding load.
                 warnings.filterwarnings("ignore", "torch.distributed is disabled")
-                dcp.load(state, checkpoint_id=path)
+                dcp.load(state, **options)
+        except CheckpointException:
+            if planner is not None and planner.refused is not None:
+                raise planner.refused from None
+            raise
         except (RuntimeError, ValueError, KeyError) as err:
             raise CheckpointError(
                 path, f"does not match the prepared models/optimizers: {err}"

@@ -40,8 +40,9 @@ class CheckpointPart(Protocol):
     def save(self, folder: Path) -> None:
         """Write this part into the staging ``folder`` (called on every rank)."""
 
-    def load(self, folder: Path) -> None:
-        """Read this part from the checkpoint ``folder`` (called on every rank)."""
+    def load(self, folder: Path, trusted: bool = False) -> None:
+        """Read this part from the checkpoint ``folder`` (called on every rank); unpickle
+        only tensors and plain data unless ``trusted`` (the user's opt-in)."""
 
 
 class Strategy:

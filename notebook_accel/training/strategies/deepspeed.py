@@ -15,7 +15,9 @@ backward(loss)      -> engine.backward (DeepSpeed divides by the accumulation st
 clipping            -> DeepSpeed clips in its step (``gradient_clipping``); the facade's
                        clip_grad_norm_ returns the engine's global norm
 state dict          -> the whole module (ZeRO-3's partitions gathered: every rank calls)
-checkpoints         -> engine.save_checkpoint / load_checkpoint inside our staging folder
+checkpoints         -> engine.save_checkpoint / load_checkpoint inside our staging folder;
+                       its files read with weights_only=True (DeepSpeed's own load passes
+                       False), DeepSpeed's few classes allowed, unless the user trusts them
 end                 -> destroys the single-process group __init__ made (end_training)
 """
 
@@ -25,6 +27,7 @@ import contextlib
 import importlib.util
 import math
 import os
+import pickle
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -35,6 +38,7 @@ from torch.utils.data import DataLoader
 
 from ...errors import CheckpointError, ConfigError
 from ...options.deepspeed import DeepSpeedPlugin, precisions
+from ..checkpoint.files import untrusted
 from ..checkpoint.folder import Stateful, find
 from ..precision.modes import Precision
 from ..precision.wrappers import AcceleratedOptimizer
@@ -113,17 +117,48 @@ class DeepSpeedPart:
         """Every rank writes its part under ``folder/pytorch_model`` (a collective)."""
         self.engine.save_checkpoint(os.fspath(folder), tag=CHECKPOINT_TAG)
 
-    def load(self, folder: Path) -> None:
+    def load(self, folder: Path, trusted: bool = False) -> None:
         """Every rank reads its part; the partitions are re-cut to this job's size.
 
         Raises:
-            CheckpointError: the folder holds no DeepSpeed checkpoint.
+            CheckpointError: the folder holds no DeepSpeed checkpoint, or a file of it needs
+                full unpickling and ``trusted`` is off.
         """
         if not (folder / CHECKPOINT_TAG).is_dir():
             raise CheckpointError(folder / CHECKPOINT_TAG, "missing: not saved with DeepSpeed")
-        path, _ = self.engine.load_checkpoint(os.fspath(folder), tag=CHECKPOINT_TAG)
+        with contextlib.ExitStack() as stack:
+            if not trusted:
+                stack.enter_context(_weights_only(self.engine.checkpoint_engine))
+            path, _ = self.engine.load_checkpoint(os.fspath(folder), tag=CHECKPOINT_TAG)
         if path is None:
             raise CheckpointError(folder / CHECKPOINT_TAG, "DeepSpeed could not load it")
+
+
+@contextlib.contextmanager
+def _weights_only(checkpoint_engine: Any) -> Iterator[None]:
+    """DeepSpeed's checkpoint engine reading with ``weights_only=True`` for a while.
+
+    Its torch engine loads with ``weights_only=False``; its files hold tensors, plain data and
+    these few classes of DeepSpeed's (found in ZeRO 0-3 checkpoints, fp32 and bf16).
+    """
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    allowed = [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+
+    def load(path: str, map_location: Any = None) -> Any:
+        try:
+            with torch.serialization.safe_globals(allowed):
+                return torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as err:
+            raise untrusted(path, err) from None
+
+    checkpoint_engine.load = load  # shadows the method on this instance only
+    try:
+        yield
+    finally:
+        del checkpoint_engine.load
 
 
 class DeepSpeedStrategy(Strategy):

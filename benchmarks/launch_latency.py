@@ -10,9 +10,9 @@ launches in the same process.
 
 ``--breakdown`` (ours only) splits a launch with 16 processes into: when the last worker
 entered the function, and how long the process group took after that (the rendezvous
-proper), once with our store (hosted by the notebook process, torchrun-agent style) and once
-with rank 0 hosting it (torch's plain env:// way): the comparison says whether our hosting
-costs anything.
+proper), once with the launch's private store (a FileStore on a memfd of the notebook
+process, launch/rendezvous.py) and once with rank 0 hosting a TCPStore (torch's plain env://
+way): the comparison says whether our store costs anything.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ def work(t0, own_store, port):
     import torch, torch.distributed as dist
     entered = time.time()
     if own_store:  # rank 0 hosts the store, as a bare env:// launch does
+        del os.environ["NOTEBOOK_ACCEL_STORE"]  # env:// falls back to torch's own handler
         os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
         os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo")
@@ -85,7 +86,7 @@ def free_port():
 
 n, reps = int(sys.argv[1]), int(sys.argv[2])
 notebook_launcher(lambda: 1, num_processes=n, hardware="cpu", output="none")  # warm
-for label, own in (("store in the notebook", False), ("store in rank 0", True)):
+for label, own in (("private FileStore", False), ("TCPStore in rank 0", True)):
     last, group = [], []
     for _ in range(reps):
         t0 = time.time()

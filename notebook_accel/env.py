@@ -37,13 +37,22 @@ __all__ = [
     "set_var",
     "overridden",
     "config_file",
+    "secret_file",
+    "SECRET_VARIABLE",
+    "STORE_VARIABLE",
+    "STORE_KEY_VARIABLE",
     "launch_variables",
-    "child_environ",
     "loopback_interface",
     "slurm_tasks_on_node",
 ]
 
 _PREFIX = "NOTEBOOK_ACCEL_"
+# The job's secret for several machines (launch/secret.py); it never reaches the workers.
+SECRET_VARIABLE = _PREFIX + "SECRET"
+# Where a worker's env:// rendezvous meets, and the key its workers prove (launch/rendezvous.py
+# sets them, launch/worker_store.py reads them).
+STORE_VARIABLE = _PREFIX + "STORE"
+STORE_KEY_VARIABLE = _PREFIX + "STORE_KEY"
 
 
 @dataclass(frozen=True)
@@ -145,8 +154,9 @@ def slurm_tasks_on_node(value: str, node_id: int = 0) -> int:
 
 
 def snapshot() -> dict[str, str]:
-    """The parent's environment now, to be installed in every worker."""
-    return dict(os.environ)
+    """The parent's environment now, to be installed in every worker (less the job's secret:
+    workers prove a key of their launch's instead, see launch/rendezvous.py)."""
+    return {k: v for k, v in os.environ.items() if k != SECRET_VARIABLE}
 
 
 def install(base: Mapping[str, str], worker: WorkerEnv) -> None:
@@ -238,11 +248,24 @@ def config_file() -> Path:
     explicit = os.environ.get(_PREFIX + "CONFIG_FILE")
     if explicit:
         return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "notebook_accel" / "config.json"
+    return _config_folder() / "notebook_accel" / "config.json"
 
 
-# -- added for the command line (faces/cli.py, launch/elastic.py) ----------------------------------
+def _config_folder() -> Path:
+    return Path(os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config"))
+
+
+def secret_file() -> Path:
+    """Where the job's secret is kept when ``NOTEBOOK_ACCEL_SECRET`` is not set.
+
+    Example:
+        >>> secret_file().name
+        'secret'
+    """
+    return _config_folder() / "notebook_accel" / "secret"
+
+
+# -- launch options for workers ------------------------------------------------------------
 def launch_variables(**options: str) -> dict[str, str]:
     """The ``NOTEBOOK_ACCEL_*`` variables that carry launch options to workers we do not fork.
 
@@ -251,15 +274,3 @@ def launch_variables(**options: str) -> dict[str, str]:
         {'NOTEBOOK_ACCEL_MIXED_PRECISION': 'bf16'}
     """
     return {_PREFIX + name.upper(): value for name, value in options.items()}
-
-
-def child_environ(extra: Mapping[str, str]) -> dict[str, str]:
-    """This process's environment plus ``extra``, for a child started with ``subprocess``.
-
-    Example:
-        >>> child_environ({"OMP_NUM_THREADS": "1"})["OMP_NUM_THREADS"]
-        '1'
-    """
-    out = dict(os.environ)
-    out.update(extra)
-    return out

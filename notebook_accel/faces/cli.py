@@ -2,9 +2,10 @@
 
 notebook-accel launch [options] script.py [script args]
   options  -> LaunchConfig (the config file fills what is not given)
-  1 machine:  the notebook launcher's engine runs the script in every worker
-              (same rank-prefixed output, same errors); exit code 0, or 1 on failure
-  N machines: torch.distributed.run with c10d rendezvous (launch/elastic.py)
+  the notebook launcher's engine runs the script in every worker (same rank-prefixed
+  output, same errors); exit code 0, or 1 on failure. Several machines: the same path as the
+  notebook's num_nodes (machine 0's table behind a gate that proves the job's secret,
+  whole-group restarts: launch/rendezvous.py, launch/group.py)
   --cluster ray: the ranks run as Ray tasks (launch/ray/backend.py); the script's text travels
 notebook-accel config [--default]   questions in the terminal -> the config file
 notebook-accel config --reset       delete the config file (built-in defaults again)
@@ -52,6 +53,7 @@ _OPTIONS = {
 }
 _FIELD_TO_OPTION = {field: f"--{option}" for option, field in _OPTIONS.items()}
 _FIELD_TO_OPTION["script"] = "script"
+_FIELD_TO_OPTION["rendezvous_timeout"] = "--rendezvous_timeout"
 
 
 def _add(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
@@ -183,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _cli_message(exc: ConfigError) -> str:
+def _cli_message(exc: NotebookAccelError) -> str:
     """A ConfigError in the command line's words: ``--machine_rank=2`` not ``node_rank=2``."""
     message = str(exc)
     for field, option in _FIELD_TO_OPTION.items():
@@ -222,15 +224,15 @@ def _launch(args: argparse.Namespace) -> int:
 
     script = checked_script(args.script)
     config = _config_from(args)
-    if config.num_nodes > 1:
-        return _launch_elastic(args, config, script)
+    if args.rendezvous_timeout is not None and not args.rendezvous_timeout > 0:
+        raise ConfigError("rendezvous_timeout", args.rendezvous_timeout, "seconds > 0")
     function: Callable[..., None] = run_script
     call: tuple[Any, ...] = (script, list(args.script_args))
     if config.cluster is not None:  # other machines may not have the file: send its text
         function = run_script_text
         call = (script, Path(script).read_text(encoding="utf-8"), list(args.script_args))
     try:
-        launch(function, call, None, config)
+        launch(function, call, None, config, wait_for_machine_0=args.rendezvous_timeout)
     except ConfigError:
         raise
     except SystemExit as exc:  # the script called sys.exit(n) with n != 0 on some rank
@@ -246,19 +248,6 @@ def _launch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch_elastic(args: argparse.Namespace, config: LaunchConfig, script: str) -> int:
-    from ..launch import elastic, group
-
-    plan = hardware.resolve(config)
-    timeout = args.rendezvous_timeout or group.rendezvous_timeout(config)
-    print(plan.describe(config.num_nodes) + " (torch.distributed.run, c10d rendezvous)", flush=True)
-    try:
-        return elastic.run(config, plan, script, list(args.script_args), timeout)
-    except NotebookAccelError as exc:
-        print(f"notebook-accel launch: error: {exc}", file=sys.stderr)
-        return 1
-
-
 def _rank_of(exc: BaseException) -> str:
     rank = getattr(exc, "rank", None)
     return f"rank {rank}: " if rank is not None else ""
@@ -270,7 +259,8 @@ def _report(exc: BaseException) -> None:
     if isinstance(cause, RemoteTraceback):
         print(cause.traceback_text.rstrip(), file=sys.stderr)
     notes = "".join(f"\n{note}" for note in getattr(exc, "__notes__", ()))
-    print(f"notebook-accel launch: {type(exc).__name__}: {exc}{notes}", file=sys.stderr)
+    text = _cli_message(exc) if isinstance(exc, NotebookAccelError) else str(exc)
+    print(f"notebook-accel launch: {type(exc).__name__}: {text}{notes}", file=sys.stderr)
 
 
 # -- config ---------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ notebook_launcher(fn, args, ...)
   -> hardware.resolve: "auto" -> TPU / CUDA / MPS / CPU, bounds and precision checked
   -> payload.build: cloudpickle by value, the culprit named if it does not pickle
   -> shm.shipped: large buffers into shared memory once (or found in the cache)
-  -> rendezvous.py: a TCPStore hosted here, on loopback at a port the OS picks
+  -> rendezvous.py: where the ranks meet, private to the job: a memfd FileStore (one
+     machine); machine 0's table behind a gate that proves the job's secret (several)
   -> Engine(...).run()  or, on TPU, xla.run(...)
      or, with cluster="ray", backends.run_with_restarts(ray_backend.RayBackend)
   -> [result of rank 0, result of rank 1, ...]
@@ -16,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import env, hardware
@@ -24,17 +25,24 @@ from ..config import LaunchConfig
 from ..errors import ConfigError, LaunchTimeoutError
 from .display import Display
 from .engine import Engine, Layout, warm_up
-from .group import Group, joined, network_env
+from .group import Group, joined, network_env, rendezvous_timeout
 from .payload import Payload, build
-from .rendezvous import group_store, workers_store
+from .rendezvous import Meeting, meeting
+from .secret import job_secret
 from .shm import shipped
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 
 
-def layout_for(config: LaunchConfig, plan: hardware.Plan, attempt: int) -> Layout:
-    """Where this machine's ranks sit, and the variables every one of them gets."""
-    extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
+def layout_for(
+    config: LaunchConfig,
+    plan: hardware.Plan,
+    attempt: int,
+    store: Sequence[tuple[str, str]] = (),
+) -> Layout:
+    """Where this machine's ranks sit, and the variables every one of them gets (``store``:
+    where they meet, rendezvous.py)."""
+    extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt)), *store]
     extra.extend(env.launch_variables(**config.worker_options()).items())
     extra.extend(network_env(config))
     if config.fsdp is not None:  # a value the user set wins
@@ -67,6 +75,22 @@ def _stoppable(
     return check
 
 
+def _announcing(
+    watch: Callable[[], None] | None, place: Meeting, display: Display
+) -> Callable[[], None] | None:
+    """``watch``, and the connections machine 0 refused since the last look, in the banner."""
+    if place.gate is None:
+        return watch
+
+    def check() -> None:
+        for line in place.refusals():
+            display.banner(line)
+        if watch is not None:
+            watch()
+
+    return check
+
+
 def _run_once(
     config: LaunchConfig,
     plan: hardware.Plan,
@@ -74,23 +98,24 @@ def _run_once(
     display: Display,
     attempt: int,
     group: Group,
+    place: Meeting,
     stop: threading.Event | None = None,
     deadline: float | None = None,
 ) -> list[Any]:
-    layout = layout_for(config, plan, attempt)
-    watch = _stoppable(group.watch(attempt), stop)
+    watch = _announcing(_stoppable(group.watch(attempt), stop), place, display)
     timeout = None if deadline is None else deadline - time.monotonic()
     if timeout is not None and timeout <= 0:
         raise LaunchTimeoutError(config.timeout)  # type: ignore[arg-type]
     if plan.backend == "xla":
         from .xla.engine import run as run_on_xla  # imports torch_xla: only on TPU machines
 
-        return run_on_xla(layout, payload, display, timeout, watch)
-    # Each attempt's workers meet in a fresh store (rendezvous.py); torch_xla needs none.
-    with workers_store(config, group.store, attempt, layout.world_size) as port:
+        return run_on_xla(layout_for(config, plan, attempt), payload, display, timeout, watch)
+    # Each attempt's workers meet in fresh keys (rendezvous.py); torch_xla needs none.
+    with place.attempt(attempt) as (port, store):
+        layout = layout_for(config, plan, attempt, store)
         engine = Engine(layout, payload, display, port, config.start_method, watch)
         result = engine.run(timeout)
-        group.done(attempt)  # machine 0 keeps the store up until every machine is done
+        group.done(attempt)  # machine 0 keeps the table up until every machine is done
     return result
 
 
@@ -121,11 +146,14 @@ def launch(
     *,
     display: Display | None = None,
     stop: threading.Event | None = None,
+    wait_for_machine_0: float | None = None,
 ) -> list[Any]:
     """Validate everything, then run (and restart up to ``config.max_restarts`` times).
 
     ``display`` and ``stop`` are the launch panel's hooks (faces/panel.py): its own display, and
     an event that, once set, stops every worker as a KeyboardInterrupt does.
+    ``wait_for_machine_0``: seconds the other machines wait for machine 0 (the command
+    line's ``--rendezvous_timeout``; default group.rendezvous_timeout).
     """
     payload, buffers = build(function, args, kwargs, env.snapshot())
     if config.cluster is not None:  # a cluster's ranks run elsewhere (backends.py)
@@ -135,45 +163,64 @@ def launch(
         watch = _stoppable(None, stop)
         return run_with_restarts(for_cluster(config), config, payload, buffers, display, watch)
     plan = plan_for(config, machine)
+    secret = job_secret() if config.num_nodes > 1 else b""  # a bad one: before any process
     if plan.backend != "xla":
         warm_up(config.start_method)
     display = display or Display(output=config.output)
     note = config.file_note()
     display.banner(plan.describe(config.num_nodes) + (f"\n{note}" if note else ""))
-    attempt = 0
     # timeout= bounds the whole launch, restarts included (not each attempt).
     deadline = None if config.timeout is None else time.monotonic() + config.timeout
-    # Several machines keep one group store for the whole launch (restarts move together,
-    # group.py).
-    world_size = plan.num_processes * config.num_nodes
+    # Several machines keep one table for the whole launch (restarts move together, group.py).
+    waiting = wait_for_machine_0 or rendezvous_timeout(config)
     try:
         with (
             shipped(buffers) as shipment,
-            group_store(config, world_size) as (store, port),
-            joined(config, store, port) as group,
+            meeting(config, waiting, secret) as place,
+            joined(config, place.group) as group,
         ):
+            for note in place.notes:
+                display.banner(note)
             payload = dataclasses.replace(payload, shipment=shipment)
-            while True:
-                try:
-                    return _run_once(config, plan, payload, display, attempt, group, stop, deadline)
-                except LaunchTimeoutError as exc:
-                    group.fail(exc)
-                    if exc.timeout == config.timeout:
-                        raise
-                    # The attempt had what was left of the launch's timeout; name the user's.
-                    raise LaunchTimeoutError(config.timeout) from None  # type: ignore[arg-type]
-                except Exception as exc:  # not KeyboardInterrupt: the stop button is final
-                    reason = group.cause(attempt, exc)  # before we publish our own restart
-                    if not group.restarting(attempt, exc):
-                        raise
-                    attempt += 1
-                    display.banner(
-                        f"{type(reason).__name__}: {_first_line(reason)} -- restarting every "
-                        f"process "
-                        f"(restart {attempt} of {config.max_restarts})"
-                    )
+            try:
+                return _attempts(config, plan, payload, display, group, place, stop, deadline)
+            finally:
+                for line in place.refusals(final=True):
+                    display.banner(line)
     finally:
         display.close()
+
+
+def _attempts(
+    config: LaunchConfig,
+    plan: hardware.Plan,
+    payload: Payload,
+    display: Display,
+    group: Group,
+    place: Meeting,
+    stop: threading.Event | None,
+    deadline: float | None,
+) -> list[Any]:
+    """Run attempt after attempt until one succeeds or the group gives up."""
+    attempt = 0
+    while True:
+        try:
+            return _run_once(config, plan, payload, display, attempt, group, place, stop, deadline)
+        except LaunchTimeoutError as exc:
+            group.fail(exc)
+            if exc.timeout == config.timeout:
+                raise
+            # The attempt had what was left of the launch's timeout; name the user's.
+            raise LaunchTimeoutError(config.timeout) from None  # type: ignore[arg-type]
+        except Exception as exc:  # not KeyboardInterrupt: the stop button is final
+            reason = group.cause(attempt, exc)  # before we publish our own restart
+            if not group.restarting(attempt, exc):
+                raise
+            attempt += 1
+            display.banner(
+                f"{type(reason).__name__}: {_first_line(reason)} -- restarting every "
+                f"process (restart {attempt} of {config.max_restarts})"
+            )
 
 
 def _first_line(exc: BaseException) -> str:

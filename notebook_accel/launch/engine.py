@@ -2,7 +2,7 @@
 
 parent (notebook kernel)                         forkserver (imported torch once)
 ------------------------                         ---------------------------------
-TCPStore on loopback, port 0  <--- every rank connects (TORCHELASTIC_USE_AGENT_STORE)
+the launch's private store     <--- every rank's env:// (rendezvous.py, worker_store.py)
 per rank: message pipe, stdout pipe, stderr pipe, lifeline pipe
 Process(target=worker.main).start()  -------->   fork -> worker.main(rank ...)
 loop over selectors:
@@ -51,6 +51,7 @@ _PRELOAD = [
     "torch.distributed",
     "notebook_accel.launch.worker",
     "notebook_accel.launch.serve",  # a session's workers (launch/session.py)
+    "notebook_accel.launch.worker_store",
     "notebook_accel.reporting.progress",
     "notebook_accel.seeding",
     "notebook_accel.reporting.live",

@@ -1,11 +1,12 @@
 """Keep the launchers of several machines in step: one group, restarted as one.
 
-Each machine runs the same ``notebook_launcher`` call. Machine 0's launcher hosts the group
-store on ``master_port`` for the launch's whole life (like torchrun's agent); every other
-launcher joins it as a client. Each attempt's workers meet in a fresh store of their own
-(rendezvous.py), so a restart is a new rendezvous round.
+Each machine runs the same ``notebook_launcher`` call (or ``notebook-accel launch``). Machine
+0's launcher holds the launch's table (rendezvous.py: behind a gate on ``master_port`` that
+lets in only machines proving the job's secret) for the launch's whole life, like torchrun's
+agent; every other launcher joins it. Each attempt's workers meet in fresh keys of their own,
+so a restart is a new rendezvous round.
 
-    machine k launcher                     store on machine 0 (keys under notebook_accel/)
+    machine k launcher                     table on machine 0 (keys under group/notebook_accel/)
     ------------------                     ------------------------------------------------
     local attempt N failed, may restart -> set  restart/N        (every machine polls it)
     a peer set restart/N                <- check, stop local workers, start attempt N+1
@@ -20,7 +21,6 @@ On a single machine the group is a no-op.
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -30,6 +30,7 @@ from .. import env
 from ..config import LaunchConfig
 from ..errors import ConfigError, LaunchError
 from . import network
+from .table import TableClient
 
 __all__ = ["Group", "PeerRestart", "PeerFailed", "network_env", "rendezvous_timeout", "joined"]
 
@@ -65,11 +66,12 @@ def network_env(config: LaunchConfig) -> list[tuple[str, str]]:
 
 
 class Group:
-    """This machine's view of the group of launchers, over the launch's TCPStore.
+    """This machine's view of the group of launchers, over the launch's table.
 
     Args:
         config: the launch's configuration (num_nodes, node_rank, max_restarts).
-        store: a TCPStore connected to machine 0's store, or ``None`` on a single machine.
+        store: the launchers' keys in machine 0's table (rendezvous.Meeting.group), or
+            ``None`` on a single machine.
 
     Example:
         >>> group = Group(LaunchConfig(), None)  # one machine: every method is a no-op
@@ -77,9 +79,9 @@ class Group:
         False
     """
 
-    def __init__(self, config: LaunchConfig, store: Any | None) -> None:
+    def __init__(self, config: LaunchConfig, store: TableClient | None) -> None:
         self.config = config
-        self.store: Any = store  # a TCPStore; None on a single machine
+        self.store: Any = store  # None on a single machine
         self._settled = False  # this machine published done or failed
 
     # -- while an attempt runs --------------------------------------------------------------
@@ -179,40 +181,14 @@ class Group:
 
 
 @contextmanager
-def joined(config: LaunchConfig, store: Any | None, port: int) -> Iterator[Group]:
-    """The group for one launch; machine 0 passes its own store, the others connect to it.
+def joined(config: LaunchConfig, store: TableClient | None) -> Iterator[Group]:
+    """The group for one launch, over the launchers' keys (``None`` on a single machine).
 
     Leaving with an exception (KeyboardInterrupt included) tells the other machines to stop.
     """
-    if config.num_nodes == 1:
-        yield Group(config, None)
-        return
-    if store is None:
-        store = _connect(config, port)
-    group = Group(config, store)
+    group = Group(config, store if config.num_nodes > 1 else None)
     try:
         yield group
     except BaseException as exc:
         group.fail(exc)
         raise
-
-
-def _connect(config: LaunchConfig, port: int) -> Any:
-    import torch.distributed as dist
-
-    timeout = rendezvous_timeout(config)
-    network.wait_reachable(config.master_addr, port, timeout, option="master_addr")
-    try:
-        return dist.TCPStore(
-            config.master_addr,
-            port,
-            None,
-            False,
-            datetime.timedelta(seconds=timeout),
-            use_libuv=True,
-        )
-    except Exception as exc:
-        raise LaunchError(
-            f"master_addr={config.master_addr!r}: could not join the store at "
-            f"{config.master_addr}:{port} ({exc})."
-        ) from exc

@@ -1,7 +1,5 @@
 """Small network helpers for launches that span several machines.
 
-wait_reachable(host, port, timeout)   a clear error instead of a 30-minute hang when the
-                                      main machine's address is wrong or not up
 interface_for(address)                which network interface carries a local address, so
                                       gloo's sockets use the link the machines share
 """
@@ -12,44 +10,10 @@ import contextlib
 import fcntl
 import socket
 import struct
-import time
 
-from ..errors import LaunchError
-
-__all__ = ["wait_reachable", "local_address_towards", "interface_for"]
+__all__ = ["local_address_towards", "interface_for"]
 
 _SIOCGIFADDR = 0x8915  # Linux ioctl: the IPv4 address of an interface
-
-
-def wait_reachable(host: str, port: int, timeout: float, option: str = "master_addr") -> None:
-    """Retry a TCP connection to ``host:port`` until it works or ``timeout`` seconds pass.
-
-    Machine 0 may start after the others, so a refused connection is retried; only when the
-    whole ``timeout`` passes does it raise.
-
-    Raises:
-        LaunchError: nothing answered at ``host:port`` in time; the message names ``option``.
-
-    Example:
-        >>> wait_reachable("127.0.0.1", 29500, timeout=30)  # doctest: +SKIP
-    """
-    deadline = time.monotonic() + timeout
-    last: OSError | None = None
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        try:
-            with socket.create_connection((host, port), timeout=min(left, 5.0)):
-                return
-        except OSError as exc:
-            last = exc
-            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-    raise LaunchError(
-        f"{option}={host!r}: nothing answered at {host}:{port} within {timeout:g} s ({last}). "
-        "Check that machine 0 is running the same launch, that the address and port are "
-        "right, and that no firewall blocks the port."
-    )
 
 
 def local_address_towards(host: str) -> str | None:

@@ -3,7 +3,7 @@
 notebook (Workers)                                   each worker (launch/serve.py)
 ------------------                                   -----------------------------
 LaunchConfig and plan as a launch's; banner once
-store on 127.0.0.1:0, a results segment (shm.py),
+a private store (a memfd, rendezvous.py), a results segment (shm.py),
 the engine's workers (forkserver, pipes, lifeline) -> start, seed once   <- ready
 run / submit / push / pull / run_cell, one at a time (a second one waits for the first):
   payload.build; large buffers into shared memory   -> the task on the commands pipe
@@ -49,7 +49,7 @@ from .background import CellDisplay
 from .display import Display
 from .engine import Engine, Layout, warm_up
 from .payload import Payload, build
-from .rendezvous import workers_store
+from .rendezvous import Meeting
 from .shm import shipped, transport
 from .transport import Paired, Shipment, unpack
 
@@ -283,10 +283,12 @@ class Workers:
         )
         stack = contextlib.ExitStack()
         try:
-            port = stack.enter_context(workers_store(config, None, 0, plan.num_processes))
+            # The session's workers meet once, privately (rendezvous.py: a memfd FileStore).
+            port, store = stack.enter_context(Meeting(config).attempt(0))
             results = stack.enter_context(shipped([]))  # a results segment, no data
             payload = Payload(b"", tuple(sys.path), os.getcwd(), env.snapshot(), shipment=results)
-            pool = _Pool(layout_for(config, plan, 0), payload, display, port, config.start_method)
+            layout = layout_for(config, plan, 0, store)
+            pool = _Pool(layout, payload, display, port, config.start_method)
             stack.callback(pool.close)
             pool.start()
             problem = pool.await_answers(pool.ranks, None, None)  # each rank: ready

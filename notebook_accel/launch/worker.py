@@ -5,6 +5,7 @@ forkserver child
   -> fd 1 and fd 2 -> the parent's output pipes (C code's writes are relayed too)
   -> lifeline thread: the parent died -> kill our process group
   -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
+  -> env:// meets in the launch's private store, NOTEBOOK_ACCEL_STORE (worker_store.route)
   -> random generators: fresh entropy, or the launch's seed
   -> live.start: the health thread; Accelerator.log rows batched to the parent
   -> map the payload's shared memory (copy-on-write), unpickle the call, run it
@@ -287,6 +288,9 @@ def start(
     _watch_lifeline(lifeline)
     _plain_start_method()
     env.install(payload.environ, worker)
+    from .worker_store import route  # imports torch.distributed: not in the notebook
+
+    route()
     quiet_torchao()
     sender = Sender(conn, marks)
     from ..reporting import live, progress

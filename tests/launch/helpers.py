@@ -23,11 +23,11 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _socket_inodes() -> set[str]:
+def _socket_inodes(pid: int | str) -> set[str]:
     inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
+    for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:["):
@@ -35,9 +35,9 @@ def _socket_inodes() -> set[str]:
     return inodes
 
 
-def listening_ports() -> set[int]:
-    """TCP ports this process is listening on (IPv4 and IPv6)."""
-    mine = _socket_inodes()
+def listening_ports(pid: int | str = "self") -> set[int]:
+    """TCP ports process ``pid`` (default: this one) is listening on (IPv4 and IPv6)."""
+    mine = _socket_inodes(pid)
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:

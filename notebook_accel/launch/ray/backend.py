@@ -343,7 +343,7 @@ def _join(bundle: int, world: int, key: str, held: contextlib.ExitStack) -> tupl
     import torch.distributed as dist
     from ray.experimental import internal_kv
 
-    from ..rendezvous import hosted_store
+    from .store import hosted_store
 
     node, ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
     if bundle == 0:

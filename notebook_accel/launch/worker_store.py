@@ -1,0 +1,136 @@
+"""A worker's side of the rendezvous: a bare ``init_process_group()`` meets in the launch's
+private store, never in a TCPStore that anyone on the machine could reach.
+
+    worker.main -> route()  (after env.install; the forkserver preloaded torch.distributed)
+    dist.init_process_group(...)  with init_method env:// (the default; the Accelerator's too)
+      -> torch's "env" rendezvous handler, replaced in this process by ours, which reads
+         NOTEBOOK_ACCEL_STORE:
+           file:///proc/<launcher pid>/fd/<n>  one machine: a FileStore on the launcher's
+                                               memfd (only this user may open the path; no
+                                               file exists, so nothing is left behind)
+           table://<host>:<port>/<attempt>     several machines: RemoteStore, a torch Store
+                                               over a connection to machine 0's gate that
+                                               proved NOTEBOOK_ACCEL_STORE_KEY (auth.py)
+           unset (the function removed it)     torch's own handler: a TCPStore at MASTER_*
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qsl, urlparse
+
+import torch.distributed as dist
+
+from .. import env
+from . import auth
+from .table import StoreTimeout, TableClient
+
+__all__ = ["route", "open_store", "RemoteStore"]
+
+_DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
+# torch holds a Python store by its C++ part only: when the Python object is collected, every
+# call fails ("fn INTERNAL ASSERT FAILED ... Not implemented"). These stay for the process.
+_ALIVE: list[RemoteStore] = []
+
+
+def _seconds(timeout: datetime.timedelta | float | None) -> float | None:
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return timeout
+
+
+class RemoteStore(dist.Store):
+    """A torch Store whose keys live in machine 0's table (table.py), reached through a
+    connection that proved the launch's worker key. ``init_process_group(store=...)`` and
+    gloo/NCCL use it as they would a TCPStore."""
+
+    def __init__(self, client: TableClient) -> None:
+        super().__init__()
+        self._client = client
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self._client.set(key, value)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._client.get(key)
+        except StoreTimeout as exc:
+            raise dist.DistStoreError(str(exc)) from None
+
+    def add(self, key: str, value: int) -> int:
+        return self._client.add(key, value)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._client.check(keys)
+
+    def wait(self, keys: list[str], timeout: datetime.timedelta | None = None) -> None:
+        try:
+            self._client.wait(keys, _seconds(timeout))
+        except StoreTimeout as exc:
+            raise dist.DistStoreError(str(exc)) from None
+
+    def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
+        return self._client.compare_set(key, expected, desired)
+
+    def delete_key(self, key: str) -> bool:
+        return self._client.delete_key(key)
+
+    def num_keys(self) -> int:
+        return self._client.num_keys()
+
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        self._client.timeout = timeout.total_seconds()
+        super().set_timeout(timeout)
+
+
+def open_store(where: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT) -> Any:
+    """The store ``NOTEBOOK_ACCEL_STORE`` names (see the module's docstring).
+
+    Raises:
+        ValueError: it names nothing this module knows.
+    """
+    place = urlparse(where)
+    if place.scheme == "file":
+        store: Any = dist.FileStore(place.path, -1)  # -1: never delete the (memfd's) path
+        store.set_timeout(timeout)
+        return store
+    if place.scheme == "table":
+        host, port = place.hostname or "", place.port or 0
+        key = bytes.fromhex(env.get(env.STORE_KEY_VARIABLE) or "")
+        seconds = timeout.total_seconds()
+        channel = auth.connect(host, port, auth.WORKER, key, min(seconds, 300), "MASTER_ADDR")
+        channel.send(place.path.strip("/").encode())  # the attempt: its namespace
+        remote = RemoteStore(TableClient.over(channel, seconds))
+        remote.set_timeout(timeout)
+        _ALIVE.append(remote)
+        return remote
+    raise ValueError(f"{env.STORE_VARIABLE}={where!r} names no store notebook_accel knows")
+
+
+def route() -> None:
+    """Make env:// in this process meet in ``NOTEBOOK_ACCEL_STORE`` (idempotent)."""
+    # The module (torch.distributed.rendezvous is also the name of a function there).
+    torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
+    handlers = torch_rendezvous._rendezvous_handlers  # no public way to replace a scheme
+    torch_env = handlers["env"]
+    if getattr(torch_env, "notebook_accel", False):
+        return
+
+    def env_handler(
+        url: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT, **kwargs: Any
+    ) -> Iterator[tuple[Any, int, int]]:
+        where = env.get(env.STORE_VARIABLE)
+        if not where:
+            yield from torch_env(url, timeout=timeout, **kwargs)
+            return
+        query = dict(parse_qsl(urlparse(url).query))
+        rank = int(query.get("rank") or env.get("RANK") or 0)
+        world_size = int(query.get("world_size") or env.get("WORLD_SIZE") or 1)
+        yield open_store(where, timeout), rank, world_size
+        raise RuntimeError("Unable to perform re-rendezvous using env:// method")  # as torch's
+
+    env_handler.notebook_accel = True  # type: ignore[attr-defined]
+    handlers["env"] = env_handler

@@ -196,6 +196,18 @@ def test_command_line_on_two_machines_goes_through_our_group(tmp_path: Path) -> 
         assert f"rank={rank} world=4 sum=10 mp=bf16 attempt=1" in out0 + out1
 
 
+def _on_loopback(tmp_path: Path, source: str) -> tuple[str, Path]:
+    """A free port on 127.0.0.1 for two launchers of this host, and their cell."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    cell = tmp_path / "cell.py"
+    cell.write_text(source)
+    return port, cell
+
+
 _WRONG_SECRET_CELL = textwrap.dedent(
     """
     import sys
@@ -208,13 +220,7 @@ _WRONG_SECRET_CELL = textwrap.dedent(
 
 
 def test_a_machine_with_another_secret_is_told_what_to_do(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    cell = tmp_path / "cell.py"
-    cell.write_text(_WRONG_SECRET_CELL)
+    port, cell = _on_loopback(tmp_path, _WRONG_SECRET_CELL)
     env = _env(tmp_path)
     machine0 = subprocess.Popen(
         [sys.executable, str(cell), "0", port], env=env, text=True, stdout=subprocess.PIPE
@@ -256,3 +262,47 @@ def test_unreachable_master_addr_is_an_error_within_the_timeout() -> None:
             timeout=3,
         )
     assert time.monotonic() - start < 20
+
+
+_SAVE_CELL = textwrap.dedent(
+    """
+    import os, sys
+    from notebook_accel import notebook_launcher
+
+    def save(folder):
+        import torch
+        from notebook_accel import Accelerator
+        acc = Accelerator()
+        model = torch.nn.Linear(2, 2)
+        model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        acc.save_state(folder)  # ranks 1-3 wait for rank 0's "done" key in machine 0's table
+        acc.wait_for_everyone()
+        return sorted(os.listdir(folder))
+
+    node, port, folder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    print("RESULTS", notebook_launcher(
+        save, args=(folder,), num_processes=2, hardware="cpu", num_nodes=2, node_rank=node,
+        master_addr="127.0.0.1", master_port=port, timeout=90))
+    """
+)
+
+
+def test_save_state_pairs_through_machine_0s_table(tmp_path: Path) -> None:
+    port, cell = _on_loopback(tmp_path, _SAVE_CELL)
+    folder = str(tmp_path / "ckpt")
+    machines = [
+        subprocess.Popen(
+            [sys.executable, str(cell), str(node), port, folder],
+            env=_env(tmp_path),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for node in (0, 1)
+    ]
+    done = finish(machines, timeout=150)
+    assert [code for code, _ in done] == [0, 0], done
+    files = ["model.safetensors", "notebook_accel.json", "optimizer.bin"]
+    files += [f"random_states_{rank}.pkl" for rank in range(4)]
+    for _, out in done:
+        assert f"RESULTS {[files, files]}" in out

@@ -1,7 +1,7 @@
 """The key-value table of a launch on several machines, held by machine 0's launcher.
 
     member (TableClient: launchers;             machine 0's launcher
-            worker_store.RemoteStore: workers)  --------------------
+            worker_store.KeyStore: workers)     --------------------
     request frame: op + fields     ------>      serve(): one thread per proven connection
                                                 (auth.Gate); keys under its namespace:
                                                 "group/" (launchers), "attempt/<n>/" (workers)

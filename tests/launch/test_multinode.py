@@ -277,7 +277,10 @@ _SAVE_CELL = textwrap.dedent(
         model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
         acc.save_state(folder)  # ranks 1-3 wait for rank 0's "done" key in machine 0's table
         acc.wait_for_everyone()
-        return sorted(os.listdir(folder))
+        store = torch.distributed.distributed_c10d._get_default_store()
+        store.set(f"mine/{acc.process_index}", "1")
+        ops = store.num_keys() > 0 and store.delete_key(f"mine/{acc.process_index}")
+        return sorted(os.listdir(folder)), ops
 
     node, port, folder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     print("RESULTS", notebook_launcher(
@@ -305,4 +308,4 @@ def test_save_state_pairs_through_machine_0s_table(tmp_path: Path) -> None:
     files = ["model.safetensors", "notebook_accel.json", "optimizer.bin"]
     files += [f"random_states_{rank}.pkl" for rank in range(4)]
     for _, out in done:
-        assert f"RESULTS {[files, files]}" in out
+        assert f"RESULTS {[(files, True), (files, True)]}" in out

@@ -75,6 +75,9 @@ def _with_an_outsider(launcher: int) -> dict[str, Any]:
     dist.barrier()  # the outsider is done: what it wrote, if anything, would be in the store
     seen["read back"] = store.get("members only").decode()
     seen["keys"] = store.num_keys()
+    dist.barrier()
+    if dist.get_rank() == 1:
+        seen["deleted"] = store.delete_key("members only")
     return seen
 
 
@@ -88,7 +91,8 @@ def test_another_user_cannot_read_or_write_a_launchs_keys() -> None:
     assert rank0["store file"].startswith("/memfd:notebook-accel-store")  # in no folder
     assert rank0["launcher listens on"] == []  # no port of the launch to connect to
     assert [r["read back"] for r in results] == ["yes", "yes"]
-    assert results[0]["keys"] == results[1]["keys"]
+    assert results[0]["keys"] == results[1]["keys"] > 0
+    assert results[1]["deleted"] is True
 
 
 _CELL = """

@@ -75,7 +75,14 @@ def _launch_parser(sub: Any) -> None:
     _add(p, "num_processes", type=int, metavar="N", help="processes on this machine")
     _add(p, "mixed_precision", choices=get_args(MixedPrecision))
     _add(p, "hardware", choices=get_args(Hardware))
-    _add(p, "num_machines", type=int, metavar="N", help="machines in the job (default 1)")
+    _add(
+        p,
+        "num_machines",
+        type=int,
+        metavar="N",
+        help="machines in the job (default 1); every one needs the job's secret: "
+        "NOTEBOOK_ACCEL_SECRET, or ~/.config/notebook_accel/secret copied from machine 0",
+    )
     _add(p, "machine_rank", type=int, metavar="R", help="this machine's rank, 0 .. N-1")
     _add(p, "main_process_ip", metavar="ADDR", help="machine 0's address")
     _add(p, "main_process_port", type=int, metavar="PORT", help="machine 0's port")

@@ -277,7 +277,9 @@ def notebook_launcher(
         seed: seed python's ``random``, numpy and torch in every worker (and the default
             for ``Accelerator()`` there); ``False`` clears a seed saved in the config file.
         num_nodes, node_rank, master_addr, master_port: run the same cell on several
-            machines; they meet at ``master_addr:master_port`` (machine 0).
+            machines; they meet at ``master_addr:master_port`` (machine 0), and each needs
+            the job's secret (``NOTEBOOK_ACCEL_SECRET``, else the file
+            ``~/.config/notebook_accel/secret``, made at first use: copy it to the others).
         use_port: HF accelerate's name for ``master_port``.
         max_restarts: restart every worker up to this many times after a failure.
         start_method: ``"auto"`` (forkserver, else spawn), ``"forkserver"`` or ``"spawn"``.

@@ -8,7 +8,8 @@ private store, never in a TCPStore that anyone on the machine could reach.
            file:///proc/<launcher pid>/fd/<n>  one machine: a FileStore on the launcher's
                                                memfd (only this user may open the path; no
                                                file exists, so nothing is left behind),
-                                               waits looking every 0.2-5 ms (_PolledFile)
+                                               waits looking every 0.2-5 ms (_PolledFile;
+                                               torch's own FileStore on CUDA launches)
            table://<host>:<port>/<attempt>     several machines: KeyStore, a torch Store
                                                over a connection to machine 0's gate that
                                                proved NOTEBOOK_ACCEL_STORE_KEY (auth.py)
@@ -132,6 +133,12 @@ def open_store(where: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT) -> An
     place = urlparse(where)
     seconds = timeout.total_seconds()
     client: TableClient | _PolledFile
+    if place.scheme == "file" and env.launch_option("device_type") == "cuda":
+        # NCCL's watchdog threads call the store too: keep torch's own C++ FileStore there
+        # (NCCL's setup takes far longer than the 10 ms looks cost).
+        store: Any = dist.FileStore(place.path, -1)
+        store.set_timeout(timeout)
+        return store
     if place.scheme == "file":
         client = _PolledFile(place.path, seconds)
     elif place.scheme == "table":
@@ -142,10 +149,10 @@ def open_store(where: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT) -> An
         client = TableClient.over(channel, seconds)
     else:
         raise ValueError(f"{env.STORE_VARIABLE}={where!r} names no store notebook_accel knows")
-    store = KeyStore(client)
-    store.set_timeout(timeout)
-    _ALIVE.append(store)
-    return store
+    keys = KeyStore(client)
+    keys.set_timeout(timeout)
+    _ALIVE.append(keys)
+    return keys
 
 
 def route() -> None:

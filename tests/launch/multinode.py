@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -87,3 +87,26 @@ def finish(procs: Sequence[subprocess.Popen[str]], timeout: float) -> list[tuple
         texts = [p.communicate()[0] for p in procs]
         pytest.fail("a machine hung:\n" + "\n----\n".join(texts))
     return out
+
+
+def free_port() -> str:
+    """A port nobody listens on, on 127.0.0.1 (for two launchers of this host)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+def two_launchers(
+    argv: Callable[[int], list[str]], env: Callable[[int], dict[str, str]], timeout: float
+) -> list[tuple[int, str]]:
+    """Machines 0 and 1 as two processes of this host: ``argv(node)`` with ``env(node)``;
+    their exit codes and output."""
+    procs = [
+        subprocess.Popen(
+            argv(node), env=env(node), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for node in (0, 1)
+    ]
+    return finish(procs, timeout)

@@ -16,7 +16,7 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from .multinode import Machine, finish, two_machines
+from .multinode import Machine, finish, free_port, two_launchers, two_machines
 
 # Run on each "machine": the same cell, only node_rank differs.
 NOTEBOOK_CELL = textwrap.dedent(
@@ -198,14 +198,9 @@ def test_command_line_on_two_machines_goes_through_our_group(tmp_path: Path) -> 
 
 def _on_loopback(tmp_path: Path, source: str) -> tuple[str, Path]:
     """A free port on 127.0.0.1 for two launchers of this host, and their cell."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
     cell = tmp_path / "cell.py"
     cell.write_text(source)
-    return port, cell
+    return free_port(), cell
 
 
 _WRONG_SECRET_CELL = textwrap.dedent(
@@ -293,17 +288,11 @@ _SAVE_CELL = textwrap.dedent(
 def test_save_state_pairs_through_machine_0s_table(tmp_path: Path) -> None:
     port, cell = _on_loopback(tmp_path, _SAVE_CELL)
     folder = str(tmp_path / "ckpt")
-    machines = [
-        subprocess.Popen(
-            [sys.executable, str(cell), str(node), port, folder],
-            env=_env(tmp_path),
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for node in (0, 1)
-    ]
-    done = finish(machines, timeout=150)
+    done = two_launchers(
+        lambda node: [sys.executable, str(cell), str(node), port, folder],
+        lambda node: _env(tmp_path),
+        timeout=150,
+    )
     assert [code for code, _ in done] == [0, 0], done
     files = ["model.safetensors", "notebook_accel.json", "optimizer.bin"]
     files += [f"random_states_{rank}.pkl" for rank in range(4)]

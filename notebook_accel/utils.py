@@ -10,14 +10,38 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import notebook_accel
+
+_PROBES = "notebook_accel.hardware.available"
+
+# Names accelerate keeps in accelerate.utils only (not at its top level) -> defining module.
+_UTILS_ONLY = {
+    "is_cuda_available": _PROBES,
+    "is_datasets_available": _PROBES,
+    "is_deepspeed_available": _PROBES,
+    "is_mlflow_available": _PROBES,
+    "is_mps_available": _PROBES,
+    "is_npu_available": _PROBES,
+    "is_schedulefree_available": _PROBES,
+    "is_tensorboard_available": _PROBES,
+    "is_torchao_available": _PROBES,
+    "is_transformers_available": _PROBES,
+    "is_wandb_available": _PROBES,
+    "is_xpu_available": _PROBES,
+}
 
 
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
+    module = _UTILS_ONLY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
     try:
         return getattr(notebook_accel, name)
     except AttributeError:
@@ -25,4 +49,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return list(notebook_accel.__all__)
+    return sorted([*notebook_accel.__all__, *_UTILS_ONLY])

@@ -99,6 +99,8 @@ def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
         "demo.py",
         "env.py",
         "errors.py",
+        "local_sgd.py",
+        "logging.py",
         "quiet.py",
         "seeding.py",
         "utils.py",

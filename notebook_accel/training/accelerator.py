@@ -258,9 +258,18 @@ class Accelerator:
     sync_gradients = property(
         lambda self: self.gradient_state.sync_gradients, doc="Does this micro-batch step?"
     )
-    gradient_accumulation_steps = property(
-        lambda self: self.gradient_state.accumulation_steps, doc="Micro-batches per step."
-    )
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step; settable, as accelerate's (the gradient state
+        follows at once: the next :meth:`accumulate` counts to the new number)."""
+        return self.gradient_state.accumulation_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value: int) -> None:
+        if value is None:  # None means "the launcher's" only at construction
+            raise ConfigError("gradient_accumulation_steps", value, "an int >= 1")
+        self.gradient_state.accumulation_steps = _accumulation_steps(value)
 
     project_dir = property(
         lambda self: self.project_configuration.project_dir, doc="The run's folder, or None."

@@ -1,0 +1,83 @@
+"""get_logger (accelerate's ``accelerate.logging.get_logger``): one logger, many processes.
+
+    logger.info(msg)                          rank 0 only           "[RANK 0] msg"
+    logger.info(msg, main_process_only=False) every rank
+    logger.info(msg, in_order=True)           every rank, rank 0 first, a barrier after each
+
+Reached as ``notebook_accel.logging.get_logger`` (the ported import's path). The rank comes
+from the job (a ``PartialState`` per call: the process group is joined or reused, nothing
+global is kept), so the logger may be made at import time, before any Accelerator.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import MutableMapping
+from typing import Any
+
+from .. import env
+from .processes import PartialState
+
+__all__ = ["MultiProcessAdapter", "get_logger"]
+
+
+class MultiProcessAdapter(logging.LoggerAdapter):
+    """A ``LoggerAdapter`` whose calls take ``main_process_only=`` (default True) and
+    ``in_order=`` (default False; when True, ``main_process_only`` is ignored and every rank
+    logs in turn). Messages are prefixed ``[RANK i]``, as accelerate's are.
+
+    Example:
+        >>> logger = get_logger(__name__)
+        >>> logger.info("every rank", main_process_only=False)  # doctest: +SKIP
+    """
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        msg, kwargs = super().process(msg, kwargs)
+        kwargs.setdefault("stacklevel", 2)  # the caller's line, not this adapter's
+        return f"[RANK {PartialState().process_index}] {msg}", kwargs
+
+    def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+        """Log on the main process (``main_process_only=True``), every process, or each in
+        turn (``in_order=True``)."""
+        main_process_only = kwargs.pop("main_process_only", True)
+        in_order = kwargs.pop("in_order", False)
+        if not self.isEnabledFor(level):
+            return
+        msg, options = self.process(msg, kwargs)
+        state = PartialState()
+        if in_order:
+            for rank in range(state.num_processes):
+                if rank == state.process_index:
+                    self.logger.log(level, msg, *args, **options)
+                state.wait_for_everyone()
+        elif not main_process_only or state.is_main_process:
+            self.logger.log(level, msg, *args, **options)
+
+    @functools.lru_cache(None)  # noqa: B019 - accelerate's: one warning per distinct call
+    def warning_once(self, *args: Any, **kwargs: Any) -> None:
+        """``warning()``, but the same arguments warn once only."""
+        self.warning(*args, **kwargs)
+
+
+def get_logger(name: str, log_level: str | None = None) -> MultiProcessAdapter:
+    """A logger for ``name`` that logs on the main process unless told otherwise.
+
+    Args:
+        name: the logger's name, such as ``__name__``.
+        log_level: e.g. ``"INFO"``, set on this logger and on the root logger; ``None``
+            takes ``ACCELERATE_LOG_LEVEL`` from the environment, else leaves the levels.
+
+    Example:
+        >>> logger = get_logger(__name__, log_level="INFO")
+        >>> logger.info("rank 0 says", main_process_only=True)  # doctest: +SKIP
+    """
+    if log_level is None:
+        log_level = env.get("ACCELERATE_LOG_LEVEL")
+    logger = logging.getLogger(name)
+    if log_level is not None:
+        logger.setLevel(log_level.upper())
+        logger.root.setLevel(log_level.upper())
+    return MultiProcessAdapter(logger, {})

@@ -236,6 +236,7 @@ def _log_to(path: str) -> None:
     logger.logger.propagate = False
     acc = Accelerator()
     logger.info("main only")
+    acc.wait_for_everyone()  # rank 1 logs nothing above: without this it could write first
     logger.info("every rank", main_process_only=False)
     acc.wait_for_everyone()
     for _ in range(3):

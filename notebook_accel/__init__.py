@@ -42,6 +42,7 @@ _EXPORTS = {
     "GradScalerKwargs": "notebook_accel.training.handlers",
     "InitProcessGroupKwargs": "notebook_accel.training.handlers",
     "KwargsHandler": "notebook_accel.training.handlers",
+    "ProfileKwargs": "notebook_accel.training.profiling",
     "GeneralTracker": "notebook_accel.training.tracking",
     "find_executable_batch_size": "notebook_accel.training.memory",
     "release_memory": "notebook_accel.training.memory",

@@ -48,6 +48,7 @@ from .precision import check_precision, make_precision
 from .precision.modes import AutocastForward, MixedPrecision
 from .precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 from .processes import PartialState
+from .profiling import ProfileKwargs, profiled
 from .project import ProjectConfiguration
 from .state import DistributedType, GradientState, ProcessState
 
@@ -99,8 +100,8 @@ class Accelerator:
         project_dir: where checkpoints and logs go (sets ``project_config.project_dir``).
         project_config: a :class:`~notebook_accel.ProjectConfiguration`.
         kwargs_handlers: option carriers for components, one of each kind:
-            ``DistributedDataParallelKwargs``, ``GradScalerKwargs``, ``InitProcessGroupKwargs``
-            (see :mod:`notebook_accel.training.handlers`).
+            ``DistributedDataParallelKwargs``, ``GradScalerKwargs``, ``InitProcessGroupKwargs``,
+            ``ProfileKwargs`` (:meth:`profile`'s); see :mod:`notebook_accel.training.handlers`.
         dataloader_config: a :class:`~notebook_accel.DataLoaderConfiguration`
             (how loaders are sharded: split, dispatch, even batches, seedable sampler...).
         step_scheduler_with_optimizer: a prepared LR scheduler steps only with its optimizer,
@@ -293,6 +294,26 @@ class Accelerator:
     use_seedable_sampler = property(
         lambda self: self.dataloader_config.use_seedable_sampler, doc="Seed+epoch shuffles."
     )
+
+    @property
+    def profile_handler(self) -> ProfileKwargs | None:
+        """The ``ProfileKwargs`` of ``kwargs_handlers``, if the user gave one."""
+        return self._handler(ProfileKwargs)
+
+    def profile(
+        self, profile_handler: ProfileKwargs | None = None
+    ) -> contextlib.AbstractContextManager[torch.profiler.profile]:
+        """Profile the block with ``torch.profiler`` (options: ``profile_handler``, else the
+        Accelerator's ``ProfileKwargs``, else torch's defaults); with ``output_trace_dir``,
+        each rank writes ``profile_<rank>.json`` there and the ranks wait for each other.
+
+        Example:
+            >>> with accelerator.profile() as prof:  # doctest: +SKIP
+            ...     train_step()
+            >>> accelerator.print(prof.key_averages().table(row_limit=5))  # doctest: +SKIP
+        """
+        handler = profile_handler or self.profile_handler or ProfileKwargs()
+        return profiled(handler, self.process_index, self.wait_for_everyone)
 
     def _handler(self, kind: type[H]) -> H | None:
         """The ``kwargs_handlers`` entry of class ``kind``, if the user gave one."""

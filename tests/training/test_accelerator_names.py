@@ -265,3 +265,61 @@ def test_get_logger_takes_accelerate_log_level(monkeypatch: pytest.MonkeyPatch) 
         assert logger.logger.level == logging.DEBUG
     finally:
         logging.getLogger().setLevel(root)
+
+
+# ---- profile() / ProfileKwargs ----------------------------------------------------------------
+def _profiled(folder: str) -> dict[str, Any]:
+    from notebook_accel.utils import ProfileKwargs
+
+    ready: list[int] = []
+    handler = ProfileKwargs(
+        activities=["cpu"],
+        record_shapes=True,
+        with_flops=True,
+        schedule_option={"wait": 1, "warmup": 1, "active": 2, "repeat": 1},
+        on_trace_ready=lambda prof: ready.append(len(prof.events())),
+        output_trace_dir=folder,
+    )
+    acc = Accelerator(kwargs_handlers=[handler])
+    model = acc.prepare(_model())
+    with acc.profile() as prof:
+        for x, _ in _batches(acc.process_index, 6):
+            model(x).sum().backward()
+            prof.step()
+    shapes = any(e.input_shapes for e in prof.events())
+    with acc.profile(ProfileKwargs()) as plain:  # an explicit handler wins: no trace file
+        torch.ones(8, 8) @ torch.ones(8, 8)
+    names = {e.key for e in plain.key_averages()}
+    return {"ready": ready, "shapes": shapes, "names": names, "rank": acc.process_index}
+
+
+def test_profile_writes_a_trace_per_rank(tmp_path: Path) -> None:
+    import json
+
+    folder = tmp_path / "traces"
+    ranks = debug_launcher(_profiled, (str(folder),), num_processes=2)
+    assert sorted(p.name for p in folder.iterdir()) == ["profile_0.json", "profile_1.json"]
+    for result in ranks:
+        assert len(result["ready"]) == 1 and result["ready"][0] > 0  # one active cycle
+        assert result["shapes"] and "aten::mm" in result["names"]
+    for rank in (0, 1):
+        trace = json.loads((folder / f"profile_{rank}.json").read_text())
+        names = {e.get("name") for e in trace["traceEvents"]}
+        assert "aten::addmm" in names or "aten::linear" in names
+
+
+def test_profile_kwargs_refuse_unknown_options() -> None:
+    from notebook_accel import ProfileKwargs
+
+    with pytest.raises(ConfigError, match="activities"):
+        ProfileKwargs(activities=["gpu"])
+    with pytest.raises(ConfigError, match="schedule_option"):
+        ProfileKwargs(schedule_option={"wait": 1, "cooldown": 2})
+    if not torch.xpu.is_available():
+        with pytest.raises(ConfigError, match="this machine has"):
+            ProfileKwargs(activities=["xpu"]).build()
+    acc = Accelerator()
+    assert acc.profile_handler is None
+    with acc.profile() as prof:  # torch's defaults
+        torch.ones(2) + 1
+    assert any(e.name == "aten::add" for e in prof.events())

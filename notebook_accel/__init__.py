@@ -33,6 +33,7 @@ _EXPORTS = {
     "LaunchPanel": "notebook_accel.faces.panel",
     "last_metrics": "notebook_accel.launch.charts",
     "FsdpConfig": "notebook_accel.options.fsdp",
+    "FullyShardedDataParallelPlugin": "notebook_accel.options.fsdp_plugin",
     "DeepSpeedPlugin": "notebook_accel.options.deepspeed",
     "ParallelismConfig": "notebook_accel.options.parallelism",
     "ProjectConfiguration": "notebook_accel.training.project",

@@ -97,6 +97,9 @@ class Accelerator:
             ``DistributedDataParallelKwargs`` handler; the same key in both is refused).
         fsdp: shard models with FSDP instead of DDP: an :class:`~notebook_accel.FsdpConfig`,
             a dict of its fields or a strategy name; ``None`` takes the launcher's (off).
+        fsdp_plugin: accelerate's name for ``fsdp``: a
+            ``FullyShardedDataParallelPlugin(...)`` (an FsdpConfig made from accelerate's
+            fields); not with ``fsdp``.
         project_dir: where checkpoints and logs go (sets ``project_config.project_dir``).
         project_config: a :class:`~notebook_accel.ProjectConfiguration`.
         kwargs_handlers: option carriers for components, one of each kind:
@@ -141,6 +144,7 @@ class Accelerator:
         even_batches: bool | None = None,
         ddp_kwargs: dict[str, Any] | None = None,
         fsdp: FsdpConfig | dict[str, Any] | str | None = None,
+        fsdp_plugin: FsdpConfig | None = None,
         project_dir: str | os.PathLike[str] | None = None,
         project_config: ProjectConfiguration | None = None,
         kwargs_handlers: list[KwargsHandler] | None = None,
@@ -155,6 +159,7 @@ class Accelerator:
         if mixed_precision is None:
             mixed_precision = env.launch_option("mixed_precision") or "no"  # type: ignore[assignment]
         precision = check_precision(mixed_precision)
+        fsdp = _fsdp_plugin(fsdp, fsdp_plugin)
         fsdp_config = FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
         plugin = _deepspeed_plugin(deepspeed_plugin, fsdp_config)
         if parallelism_config is None and env.launch_option("parallelism_config"):
@@ -1083,6 +1088,17 @@ class Accelerator:
             f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
             f"mixed_precision={self.mixed_precision!r})"
         )
+
+
+def _fsdp_plugin(fsdp: object, plugin: object) -> Any:
+    """``fsdp=``, or accelerate's ``fsdp_plugin=`` (a FullyShardedDataParallelPlugin(...))."""
+    if plugin is None:
+        return fsdp
+    if fsdp is not None:
+        raise ConfigError("fsdp_plugin", plugin, "one of fsdp= and fsdp_plugin=")
+    if not isinstance(plugin, FsdpConfig):
+        raise ConfigError("fsdp_plugin", plugin, "a FullyShardedDataParallelPlugin(...) or None")
+    return plugin
 
 
 def _deepspeed_plugin(value: object, fsdp: FsdpConfig | None) -> DeepSpeedPlugin | None:

@@ -16,9 +16,12 @@ from typing import Any
 import notebook_accel
 
 _PROBES = "notebook_accel.hardware.available"
+_DUMMIES = "notebook_accel.training.strategies.dummies"
 
 # Names accelerate keeps in accelerate.utils only (not at its top level) -> defining module.
 _UTILS_ONLY = {
+    "DummyOptim": _DUMMIES,
+    "DummyScheduler": _DUMMIES,
     "is_cuda_available": _PROBES,
     "is_datasets_available": _PROBES,
     "is_deepspeed_available": _PROBES,

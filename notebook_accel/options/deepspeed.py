@@ -39,9 +39,6 @@ __all__ = [
 
 ZERO_STAGES = (0, 1, 2, 3)
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-# DeepSpeed builds these itself from a config section; we take the user's torch optimizer
-# and scheduler instead (as accelerate does without its DummyOptim/DummyScheduler).
-_UNSUPPORTED_SECTIONS = ("optimizer", "scheduler")
 # ZeRO's sizes that accelerate fills from a transformers model's hidden size h when "auto".
 _HIDDEN_SIZED = {
     "reduce_bucket_size": lambda h: h * h,
@@ -106,9 +103,11 @@ class DeepSpeedPlugin:
         zero3_init_flag: build models partitioned (ZeRO-3 only; ``None``: on at stage 3, as
             in accelerate); see :meth:`zero3_init_context_manager`.
 
+    A config's ``"optimizer"``/``"scheduler"`` sections are built by DeepSpeed: prepare a
+    ``DummyOptim``/``DummyScheduler`` (``notebook_accel.utils``) for them, as with accelerate.
+
     Raises:
-        ConfigError: a field outside its accepted values, or a config with an
-            ``optimizer``/``scheduler`` section (pass torch objects to ``prepare``).
+        ConfigError: a field outside its accepted values.
 
     Example:
         >>> plugin = DeepSpeedPlugin(zero_stage=3, gradient_accumulation_steps=2)
@@ -130,13 +129,6 @@ class DeepSpeedPlugin:
 
     def __post_init__(self) -> None:
         self.config = _read_config(self.hf_ds_config)
-        for section in _UNSUPPORTED_SECTIONS:
-            if section in self.config:
-                raise ConfigError(
-                    f"hf_ds_config[{section!r}]",
-                    self.config[section],
-                    "no such section: pass a torch optimizer/scheduler to accelerator.prepare",
-                )
         zero = self.config.setdefault("zero_optimization", {})
         if self.zero_stage is None:
             self.zero_stage = int(zero.get("stage", 2))
@@ -251,6 +243,12 @@ class DeepSpeedPlugin:
         return config
 
     @property
+    def deepspeed_config(self) -> dict[str, Any]:
+        """The DeepSpeed config as given (accelerate's name; ``"optimizer" in ...`` tells
+        whether to prepare a ``DummyOptim``)."""
+        return self.config
+
+    @property
     def accumulation_steps(self) -> int | None:
         """The accumulation the plugin or its config fixes (``None``: the Accelerator's)."""
         steps = self.gradient_accumulation_steps
@@ -267,6 +265,7 @@ class DeepSpeedPlugin:
         world_size: int,
         hidden_size: int | None = None,
         device_type: str = "cpu",
+        fill: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """DeepSpeed's config with every ``"auto"`` (and every missing required key) filled.
 
@@ -282,8 +281,18 @@ class DeepSpeedPlugin:
             device_type: where the job trains; ``sub_group_size``,
                 ``stage3_max_live_parameters`` and ``stage3_max_reuse_distance`` follow the
                 hidden size on CPU only (elsewhere ``"auto"`` there is DeepSpeed's default).
+            fill: dotted keys (``"optimizer.params.lr"``) and the values that replace an
+                ``"auto"`` there (a key the config lacks, or sets, is left alone): what
+                ``DummyOptim``/``DummyScheduler`` give the config's sections.
         """
         cfg = copy.deepcopy(self.config)
+        for dotted, value in (fill or {}).items():
+            *path, key = dotted.split(".")
+            node: Any = cfg
+            for part in path:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict) and node.get(key) == "auto":
+                node[key] = value
         zero = cfg.get("zero_optimization", {})
         _fill_sizes(zero, hidden_size, device_type)
         micro = cfg.get("train_micro_batch_size_per_gpu", "auto")

@@ -51,6 +51,7 @@ from .processes import PartialState
 from .profiling import ProfileKwargs, profiled
 from .project import ProjectConfiguration
 from .state import DistributedType, GradientState, ProcessState
+from .strategies.dummies import DummyOptim, DummyScheduler
 
 __all__ = ["Accelerator", "DistributedType"]
 
@@ -350,6 +351,8 @@ class Accelerator:
             (torch.optim.Optimizer, self._prepare_optimizer),
             (DataLoader, self._prepare_loader),
             (LRScheduler, self._prepare_scheduler),
+            (DummyOptim, self._prepare_optimizer),  # DeepSpeed's config sections
+            (DummyScheduler, self._prepare_scheduler),
         ]
         done = (AcceleratedOptimizer, DataLoaderShard, AcceleratedScheduler)
         plan: list[Callable[[Any], Any] | None] = []
@@ -422,8 +425,12 @@ class Accelerator:
 
     def _prepare_scheduler(self, scheduler: LRScheduler) -> AcceleratedScheduler:
         target = scheduler.optimizer  # the user's optimizer, or our wrapper if made after prepare
-        mine = [o for o in self._objects.optimizer if target in (o, o.optimizer)]
-        wrapped = AcceleratedScheduler(
+        mine = [
+            o
+            for o in self._objects.optimizer
+            if any(target is x for x in (o, o.optimizer, getattr(o, "source", None)))
+        ]
+        wrapped = self._strategy.wrap_scheduler(
             scheduler,
             mine,
             num_processes=self.num_processes,

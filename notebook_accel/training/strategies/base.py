@@ -2,6 +2,8 @@
 
     Accelerator.prepare(model)      -> strategy.prepare_model (after device and precision)
     Accelerator.prepare(optimizer)  -> strategy.prepare_optimizer (re-point at new params)
+                                       strategy.wrap_optimizer (DummyOptim: DeepSpeed's only)
+    Accelerator.prepare(scheduler)  -> strategy.wrap_scheduler (DummyScheduler: DeepSpeed's)
     Accelerator.backward(loss)      -> strategy.backward
     Accelerator.no_sync / accumulate-> strategy.no_sync(model)
     Accelerator.clip_grad_norm_     -> strategy.clip_grad_norm_ / strategy.grad_norm
@@ -26,10 +28,12 @@ from typing import Any, Protocol
 
 import torch
 
+from ...errors import ConfigError
 from ..checkpoint.folder import Stateful
 from ..precision.modes import Precision
-from ..precision.wrappers import AcceleratedOptimizer
+from ..precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 from ..state import GradientState, ProcessState
+from .dummies import DummyOptim, DummyScheduler
 
 __all__ = ["CheckpointPart", "Strategy"]
 
@@ -86,7 +90,19 @@ class Strategy:
 
     def begin_prepare(self, objects: Iterable[Any]) -> None:
         """Called with every object of a ``prepare()`` call before any is prepared (for
-        strategies that build a model and its optimizer together)."""
+        strategies that build a model and its optimizer together).
+
+        Raises:
+            ConfigError: a ``DummyOptim``/``DummyScheduler`` (only DeepSpeed builds them).
+        """
+        for i, obj in enumerate(objects):
+            if isinstance(obj, DummyOptim | DummyScheduler):
+                raise ConfigError(
+                    f"prepare() argument {i + 1}",
+                    type(obj).__name__,
+                    "a torch object: a dummy needs a DeepSpeedPlugin whose config has a "
+                    f"{'optimizer' if isinstance(obj, DummyOptim) else 'scheduler'!r} section",
+                )
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap or shard ``model`` (already on its device, with its precision's forward)."""
@@ -101,6 +117,12 @@ class Strategy:
     ) -> AcceleratedOptimizer:
         """The optimizer object ``prepare`` hands back (it steps on synchronising steps)."""
         return AcceleratedOptimizer(optimizer, precision, gradients)
+
+    def wrap_scheduler(
+        self, scheduler: Any, optimizers: list[AcceleratedOptimizer], **options: Any
+    ) -> AcceleratedScheduler:
+        """The LR scheduler ``prepare`` hands back (``options``: AcceleratedScheduler's)."""
+        return AcceleratedScheduler(scheduler, optimizers, **options)
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The user's module inside this strategy's wrapper."""

@@ -41,9 +41,10 @@ from ...options.deepspeed import DeepSpeedPlugin, precisions
 from ..checkpoint.files import untrusted
 from ..checkpoint.folder import Stateful, find
 from ..precision.modes import Precision
-from ..precision.wrappers import AcceleratedOptimizer
+from ..precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 from ..state import GradientState, ProcessState
 from .base import CheckpointPart, Strategy
+from .dummies import DummyOptim, DummyScheduler, parameters_of
 
 __all__ = [
     "DeepSpeedStrategy",
@@ -82,12 +83,17 @@ class DeepSpeedOptimizer(AcceleratedOptimizer):
     """
 
     def __init__(
-        self, optimizer: torch.optim.Optimizer, engine: Any, gradients: GradientState
+        self,
+        optimizer: torch.optim.Optimizer,
+        engine: Any,
+        gradients: GradientState,
+        source: Any = None,
     ) -> None:
         self.optimizer = optimizer
         self.engine = engine
         self.gradients = gradients
         self.step_was_skipped = False
+        self.source = optimizer if source is None else source  # what the user prepared
 
     def step(self, closure: Any = None) -> None:  # type: ignore[override]
         """A no-op: the engine stepped in ``accelerator.backward``."""
@@ -105,6 +111,14 @@ class DeepSpeedOptimizer(AcceleratedOptimizer):
 
     def __repr__(self) -> str:
         return f"DeepSpeedOptimizer({self.optimizer!r})"
+
+
+class EngineScheduler(AcceleratedScheduler):
+    """The prepared ``DummyScheduler``: the scheduler DeepSpeed built, stepped by the engine
+    at each optimizer step (in ``accelerator.backward``); ``step()`` is a no-op."""
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        """A no-op: the engine stepped its scheduler in ``accelerator.backward``."""
 
 
 class DeepSpeedPart:
@@ -231,7 +245,8 @@ class DeepSpeedStrategy(Strategy):
         self.mixed_precision = mixed_precision
         self.split_batches = split_batches
         self.engine: Any = None
-        self._call_optimizers: list[torch.optim.Optimizer] = []
+        self._call_optimizers: list[Any] = []  # torch optimizers and DummyOptims
+        self._call_schedulers: list[Any] = []
         self._micro_batch: int | None = None
         self._engine_of: dict[int, Any] = {}  # id(user optimizer) -> engine
 
@@ -239,7 +254,14 @@ class DeepSpeedStrategy(Strategy):
     def begin_prepare(self, objects: Iterable[Any]) -> None:
         """Note the call's optimizers (each goes into its model's engine) and batch size."""
         objects = list(objects)
-        self._call_optimizers = [o for o in objects if isinstance(o, torch.optim.Optimizer)]
+        self._call_optimizers = [
+            o for o in objects if isinstance(o, torch.optim.Optimizer | DummyOptim)
+        ]
+        self._call_schedulers = [
+            o
+            for o in objects
+            if isinstance(o, DummyScheduler | torch.optim.lr_scheduler.LRScheduler)
+        ]
         for obj in objects:
             if isinstance(obj, DataLoader) and self._micro_batch is None:
                 size = obj.batch_size or getattr(obj.batch_sampler, "batch_size", None)
@@ -272,11 +294,7 @@ class DeepSpeedStrategy(Strategy):
 
         own = {id(p) for p in model.parameters()}
         optimizer = next(
-            (
-                o
-                for o in self._call_optimizers
-                if any(id(p) in own for g in o.param_groups for p in g["params"])
-            ),
+            (o for o in self._call_optimizers if any(id(p) in own for p in parameters_of(o))),
             None,
         )
         if optimizer is not None and self.engine is not None:
@@ -285,6 +303,15 @@ class DeepSpeedStrategy(Strategy):
                 "a second trained model",
                 "one model with an optimizer per Accelerator under DeepSpeed",
             )
+        scheduler = next(
+            (
+                s
+                for s in self._call_schedulers
+                if optimizer is not None and s.optimizer is optimizer
+            ),
+            None,
+        )
+        fill, extra = self._sections(optimizer, scheduler)
         config = self.plugin.ds_config(
             accumulation_steps=self.gradient_state.accumulation_steps,
             mixed_precision=self.mixed_precision,
@@ -292,19 +319,91 @@ class DeepSpeedStrategy(Strategy):
             world_size=self.state.world_size,
             hidden_size=hidden_size(model),
             device_type=self.state.device.type,
+            fill=fill,
         )
         engine, _, _, _ = deepspeed.initialize(
-            model=model, optimizer=optimizer, config=config, dist_init_required=False
+            model=model, config=config, dist_init_required=False, **extra
         )
         if optimizer is not None:
             self.engine = engine
             self._engine_of[id(optimizer)] = engine
         return engine
 
+    def _sections(self, optimizer: Any, scheduler: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What the config's ``optimizer``/``scheduler`` sections take from the dummies (the
+        ``"auto"`` values), and ``deepspeed.initialize``'s optimizer arguments.
+
+        Raises:
+            ConfigError: a section and a torch object for it at once, or a dummy without its
+                section (accelerate's rules).
+        """
+        config = self.plugin.config
+        sections = "optimizer" in config, "scheduler" in config
+        dummy_optim = isinstance(optimizer, DummyOptim)
+        dummy_sched = isinstance(scheduler, DummyScheduler)
+        if optimizer is not None and sections[0] != dummy_optim:
+            raise ConfigError(
+                "prepare(optimizer)",
+                type(optimizer).__name__,
+                "a DummyOptim for the config's optimizer section"
+                if sections[0]
+                else "a torch optimizer (a DummyOptim needs an optimizer section in the config)",
+            )
+        if scheduler is not None and dummy_optim and not dummy_sched:
+            raise ConfigError(
+                "prepare(scheduler)", type(scheduler).__name__, "a DummyScheduler with DummyOptim"
+            )
+        if scheduler is not None and sections[1] and not dummy_sched:
+            raise ConfigError(
+                "prepare(scheduler)",
+                type(scheduler).__name__,
+                "a DummyScheduler for the config's scheduler section",
+            )
+        if dummy_sched and not sections[1] and scheduler.lr_scheduler_callable is None:
+            raise ConfigError(
+                "prepare(scheduler)",
+                "DummyScheduler without lr_scheduler_callable",
+                "a scheduler section in the config, or DummyScheduler(lr_scheduler_callable=)",
+            )
+        if not dummy_optim:
+            return {}, {"optimizer": optimizer}
+        fill: dict[str, Any] = {
+            "optimizer.params.lr": optimizer.lr,
+            "optimizer.params.weight_decay": optimizer.weight_decay,
+        }
+        extra: dict[str, Any] = {"model_parameters": optimizer.params}
+        if dummy_sched and scheduler.lr_scheduler_callable is not None:
+            extra["lr_scheduler"] = scheduler.lr_scheduler_callable
+        elif dummy_sched:
+            fill["scheduler.params.warmup_min_lr"] = 0
+            fill["scheduler.params.warmup_max_lr"] = optimizer.lr
+            fill["scheduler.params.warmup_num_steps"] = scheduler.warmup_num_steps
+            if scheduler.total_num_steps is not None:
+                total = scheduler.total_num_steps
+                per_process = total if self.split_batches else -(-total // self.state.world_size)
+                fill["scheduler.params.total_num_steps"] = per_process
+        return fill, extra
+
+    def wrap_scheduler(
+        self, scheduler: Any, optimizers: list[AcceleratedOptimizer], **options: Any
+    ) -> AcceleratedScheduler:
+        """A DummyScheduler becomes the engine's scheduler; a torch one steps as elsewhere."""
+        if not isinstance(scheduler, DummyScheduler):
+            return super().wrap_scheduler(scheduler, optimizers, **options)
+        engine = self._engine_of.get(id(scheduler.optimizer))
+        if engine is None or engine.lr_scheduler is None:
+            raise ConfigError(
+                "prepare(DummyScheduler)",
+                "no scheduler built",
+                "a DummyScheduler prepared in the same prepare() call as its DummyOptim",
+            )
+        return EngineScheduler(engine.lr_scheduler, optimizers, **options)
+
     def wrap_optimizer(
         self, optimizer: torch.optim.Optimizer, precision: Precision, gradients: GradientState
     ) -> AcceleratedOptimizer:
-        """A :class:`DeepSpeedOptimizer` over the engine that took ``optimizer``.
+        """A :class:`DeepSpeedOptimizer` over the engine that took ``optimizer`` (for a
+        DummyOptim: over the torch optimizer DeepSpeed built from the config).
 
         Raises:
             ConfigError: the optimizer's model was not prepared in the same call.
@@ -317,6 +416,8 @@ class DeepSpeedStrategy(Strategy):
                 "an optimizer prepared in the same prepare() call as its model (DeepSpeed "
                 "builds both together)",
             )
+        if isinstance(optimizer, DummyOptim):
+            return DeepSpeedOptimizer(engine.basic_optimizer, engine, gradients, source=optimizer)
         return DeepSpeedOptimizer(optimizer, engine, gradients)
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:

@@ -284,8 +284,21 @@ def test_bad_plugin_values_are_refused() -> None:
         DeepSpeedPlugin(zero_stage=4)
     with pytest.raises(ConfigError, match="offload_optimizer_device"):
         DeepSpeedPlugin(offload_optimizer_device="gpu")
-    with pytest.raises(ConfigError, match="optimizer"):
-        DeepSpeedPlugin(hf_ds_config={"optimizer": {"type": "AdamW"}})
+    # an optimizer section is DeepSpeed's to build (DummyOptim): its "auto"s filled from it
+    sections = {"optimizer": {"type": "AdamW", "params": {"lr": "auto", "eps": 1e-6}}}
+    filled = DeepSpeedPlugin(hf_ds_config=sections).ds_config(
+        accumulation_steps=1,
+        mixed_precision="no",
+        micro_batch_size=4,
+        world_size=1,
+        fill={"optimizer.params.lr": 0.5, "optimizer.params.eps": 1.0, "scheduler.x": 1},
+    )
+    assert filled["optimizer"] == {"type": "AdamW", "params": {"lr": 0.5, "eps": 1e-6}}
+    assert "scheduler" not in filled
+    with pytest.raises(ConfigError, match="lr"):  # an "auto" left unfilled is refused by name
+        DeepSpeedPlugin(hf_ds_config=sections).ds_config(
+            accumulation_steps=1, mixed_precision="no", micro_batch_size=4, world_size=1
+        )
     cfg = DeepSpeedPlugin(hf_ds_config={"train_micro_batch_size_per_gpu": "auto"}).ds_config(
         accumulation_steps=2, mixed_precision="bf16", micro_batch_size=4, world_size=2
     )

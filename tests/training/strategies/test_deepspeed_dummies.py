@@ -1,0 +1,156 @@
+"""DummyOptim/DummyScheduler: a DeepSpeed config's optimizer and scheduler sections through
+``prepare`` (2 real processes, gloo, ZeRO-2), as deepspeed_with_config_support.py uses them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from notebook_accel import debug_launcher
+from notebook_accel.errors import ConfigError
+
+pytest.importorskip("deepspeed")
+
+LR, DECAY, WARMUP = 0.01, 0.1, 4
+SECTIONS = {
+    "optimizer": {
+        "type": "AdamW",
+        "params": {"lr": "auto", "weight_decay": "auto", "torch_adam": True},
+    },
+    "scheduler": {
+        "type": "WarmupLR",
+        "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto"},
+    },
+}
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.Tanh(), torch.nn.Linear(12, 3))
+
+
+def _groups(model: torch.nn.Module) -> list[dict[str, Any]]:
+    # the example's grouping: no weight decay on biases
+    named = list(model.named_parameters())
+    return [
+        {"params": [p for n, p in named if not n.endswith("bias")], "weight_decay": DECAY},
+        {"params": [p for n, p in named if n.endswith("bias")], "weight_decay": 0.0},
+    ]
+
+
+def _run(dummy: bool, scheduler: bool) -> dict[str, Any]:
+    from notebook_accel import Accelerator, DeepSpeedPlugin
+    from notebook_accel.utils import DummyOptim, DummyScheduler
+
+    config: dict[str, Any] = {"optimizer": SECTIONS["optimizer"]} if dummy else {}
+    if scheduler:
+        config["scheduler"] = SECTIONS["scheduler"]
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2, hf_ds_config=config))
+    model = _model()
+    # the example's test: a DummyOptim where the config has an optimizer section
+    assert dummy == ("optimizer" in acc.state.deepspeed_plugin.deepspeed_config)
+    if dummy:
+        opt: Any = DummyOptim(_groups(model), lr=LR, weight_decay=DECAY)
+    else:
+        opt = torch.optim.AdamW(_groups(model), lr=LR, weight_decay=DECAY)
+    objects: list[Any] = [model, opt]
+    if scheduler:
+        objects.append(DummyScheduler(opt, warmup_num_steps=WARMUP))
+    prepared = acc.prepare(*objects)
+    model, opt = prepared[0], prepared[1]
+    g = torch.Generator().manual_seed(acc.process_index)
+    lrs = []
+    for _ in range(6):
+        x, y = torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
+        acc.backward(F.mse_loss(model(x), y))
+        opt.step()
+        if scheduler:
+            prepared[2].step()  # a no-op: the engine stepped it
+            lrs.append(prepared[2].get_last_lr()[0])
+        opt.zero_grad()
+    weights = [t.float() for t in acc.get_state_dict(model).values()]
+    return {
+        "weights": weights,
+        "lrs": lrs,
+        "group_lr": opt.param_groups[0]["lr"],
+        "kind": type(opt.optimizer).__name__,
+    }
+
+
+def _errors() -> dict[str, str]:
+    from notebook_accel import Accelerator, DeepSpeedPlugin
+    from notebook_accel.utils import DummyOptim, DummyScheduler
+
+    found = {}
+    cases: dict[str, tuple[dict[str, Any], bool, bool]] = {
+        "dummy without a section": ({}, True, False),
+        "torch optimizer with a section": ({"optimizer": SECTIONS["optimizer"]}, False, False),
+        "dummy scheduler without a section": ({"optimizer": SECTIONS["optimizer"]}, True, True),
+    }
+    for name, (config, dummy, with_scheduler) in cases.items():
+        acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2, hf_ds_config=config))
+        model = _model()
+        opt: Any = DummyOptim(model.parameters()) if dummy else torch.optim.SGD(model.parameters())
+        objects: list[Any] = [model, opt]
+        if with_scheduler:
+            objects.append(DummyScheduler(opt))
+        try:
+            acc.prepare(*objects)
+            found[name] = "accepted"
+        except ConfigError as err:
+            found[name] = err.parameter
+    return found
+
+
+def _all() -> dict[str, Any]:
+    return {
+        "torch": _run(dummy=False, scheduler=False),
+        "dummy": _run(dummy=True, scheduler=False),
+        "scheduled": _run(dummy=True, scheduler=True),
+        "errors": _errors(),
+    }
+
+
+def test_config_sections_build_the_optimizer_and_scheduler_on_two_processes() -> None:
+    from deepspeed.runtime.lr_schedules import WarmupLR
+
+    # the reference schedule: DeepSpeed's own WarmupLR over a plain optimizer, 6 steps
+    reference = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=LR)
+    warmup = WarmupLR(reference, warmup_min_lr=0, warmup_max_lr=LR, warmup_num_steps=WARMUP)
+    expected = []
+    for _ in range(6):
+        warmup.step()
+        expected.append(warmup.get_last_lr()[0])
+    for result in debug_launcher(_all, num_processes=2):
+        torch_run, dummy, scheduled = result["torch"], result["dummy"], result["scheduled"]
+        assert dummy["kind"] == "AdamW" and dummy["group_lr"] == LR  # "auto" filled from it
+        for ours, ref in zip(dummy["weights"], torch_run["weights"], strict=True):
+            assert torch.equal(ours, ref)
+        assert scheduled["lrs"] == pytest.approx(expected)
+        assert scheduled["group_lr"] == pytest.approx(expected[-1])
+        assert not all(
+            torch.equal(a, b) for a, b in zip(scheduled["weights"], dummy["weights"], strict=True)
+        )
+        assert result["errors"] == {
+            "dummy without a section": "prepare(optimizer)",
+            "torch optimizer with a section": "prepare(optimizer)",
+            "dummy scheduler without a section": "prepare(scheduler)",
+        }
+
+
+def test_dummies_without_deepspeed_are_refused_before_anything_is_prepared() -> None:
+    from notebook_accel import Accelerator
+    from notebook_accel.utils import DummyOptim, DummyScheduler
+
+    acc = Accelerator()
+    model = torch.nn.Linear(2, 2)
+    opt = DummyOptim(model.parameters())
+    with pytest.raises(ConfigError, match=r"prepare\(\) argument 2") as err:
+        acc.prepare(model, opt)
+    assert "'optimizer' section" in err.value.accepted
+    with pytest.raises(ConfigError, match=r"prepare\(\) argument 1"):
+        acc.prepare(DummyScheduler(opt))
+    assert acc._objects.model == []

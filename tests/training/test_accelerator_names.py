@@ -323,3 +323,15 @@ def test_profile_kwargs_refuse_unknown_options() -> None:
     with acc.profile() as prof:  # torch's defaults
         torch.ones(2) + 1
     assert any(e.name == "aten::add" for e in prof.events())
+
+
+def test_the_ported_import_paths_stay_light() -> None:
+    code = (
+        "import sys\n"
+        "import notebook_accel.logging, notebook_accel.local_sgd\n"
+        "from notebook_accel.utils import is_schedulefree_available, is_deepspeed_available\n"
+        "is_schedulefree_available(), is_deepspeed_available()\n"
+        "print(sorted(m for m in ('torch', 'schedulefree', 'deepspeed') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

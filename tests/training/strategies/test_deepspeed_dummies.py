@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,16 +106,49 @@ def _errors() -> dict[str, str]:
     return found
 
 
-def _all() -> dict[str, Any]:
+def _resume(folder: str) -> tuple[list[float], list[float]]:
+    """Save after 3 steps, run 3 more, load, run them again: (losses+lrs) both times."""
+    from notebook_accel import Accelerator, DeepSpeedPlugin
+    from notebook_accel.utils import DummyOptim, DummyScheduler
+
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2, hf_ds_config=SECTIONS))
+    model = _model()
+    opt = DummyOptim(_groups(model), lr=LR, weight_decay=DECAY)
+    model, opt, sched = acc.prepare(model, opt, DummyScheduler(opt, warmup_num_steps=WARMUP))
+    g = torch.Generator().manual_seed(acc.process_index)
+    batches = [(torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)) for _ in range(6)]
+
+    def run(part: list[tuple[torch.Tensor, torch.Tensor]]) -> list[float]:
+        seen = []
+        for x, y in part:
+            loss = F.mse_loss(model(x), y)
+            acc.backward(loss)
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+            seen += [float(loss.detach()), sched.get_last_lr()[0]]
+        return seen
+
+    run(batches[:3])
+    acc.save_state(folder)
+    first = run(batches[3:])
+    acc.load_state(folder)
+    return first, run(batches[3:])
+
+
+def _all(folder: str) -> dict[str, Any]:
     return {
         "torch": _run(dummy=False, scheduler=False),
         "dummy": _run(dummy=True, scheduler=False),
         "scheduled": _run(dummy=True, scheduler=True),
         "errors": _errors(),
+        "resume": _resume(folder),
     }
 
 
-def test_config_sections_build_the_optimizer_and_scheduler_on_two_processes() -> None:
+def test_config_sections_build_the_optimizer_and_scheduler_on_two_processes(
+    tmp_path: Path,
+) -> None:
     from deepspeed.runtime.lr_schedules import WarmupLR
 
     # the reference schedule: DeepSpeed's own WarmupLR over a plain optimizer, 6 steps
@@ -124,7 +158,7 @@ def test_config_sections_build_the_optimizer_and_scheduler_on_two_processes() ->
     for _ in range(6):
         warmup.step()
         expected.append(warmup.get_last_lr()[0])
-    for result in debug_launcher(_all, num_processes=2):
+    for result in debug_launcher(_all, (str(tmp_path / "ckpt"),), num_processes=2):
         torch_run, dummy, scheduled = result["torch"], result["dummy"], result["scheduled"]
         assert dummy["kind"] == "AdamW" and dummy["group_lr"] == LR  # "auto" filled from it
         for ours, ref in zip(dummy["weights"], torch_run["weights"], strict=True):
@@ -134,6 +168,8 @@ def test_config_sections_build_the_optimizer_and_scheduler_on_two_processes() ->
         assert not all(
             torch.equal(a, b) for a, b in zip(scheduled["weights"], dummy["weights"], strict=True)
         )
+        first, again = result["resume"]  # load_state restores weights, optimizer, schedule
+        assert first == again
         assert result["errors"] == {
             "dummy without a section": "prepare(optimizer)",
             "torch optimizer with a section": "prepare(optimizer)",

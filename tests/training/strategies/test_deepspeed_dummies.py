@@ -136,6 +136,45 @@ def _resume(folder: str) -> tuple[list[float], list[float]]:
     return first, run(batches[3:])
 
 
+def _other_schedules() -> dict[str, Any]:
+    """A scheduler from lr_scheduler_callable; WarmupDecayLR's total steps per process."""
+    from notebook_accel import Accelerator, DeepSpeedPlugin
+    from notebook_accel.utils import DummyOptim, DummyScheduler
+
+    out: dict[str, Any] = {}
+    plugin = DeepSpeedPlugin(zero_stage=2, hf_ds_config={"optimizer": SECTIONS["optimizer"]})
+    acc = Accelerator(deepspeed_plugin=plugin)
+    model = _model()
+    opt = DummyOptim(model.parameters(), lr=LR)
+
+    def halving(optimizer: torch.optim.Optimizer) -> Any:
+        return torch.optim.lr_scheduler.StepLR(optimizer, 1, 0.5)
+
+    model, opt, sched = acc.prepare(model, opt, DummyScheduler(opt, lr_scheduler_callable=halving))
+    lrs = []
+    for _ in range(3):
+        acc.backward(model(torch.ones(2, 6)).sum())
+        lrs.append(sched.get_last_lr()[0])
+    out["callable"] = lrs
+    decay = {
+        "type": "WarmupDecayLR",
+        "params": {
+            "warmup_min_lr": "auto",
+            "warmup_max_lr": "auto",
+            "warmup_num_steps": "auto",
+            "total_num_steps": "auto",
+        },
+    }
+    config = {"optimizer": SECTIONS["optimizer"], "scheduler": decay}
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2, hf_ds_config=config))
+    model = _model()
+    opt = DummyOptim(model.parameters(), lr=LR)
+    dummy = DummyScheduler(opt, total_num_steps=11, warmup_num_steps=2)
+    model, opt, sched = acc.prepare(model, opt, dummy)
+    out["decay"] = (sched.scheduler.total_num_steps, sched.scheduler.warmup_num_steps)
+    return out
+
+
 def _all(folder: str) -> dict[str, Any]:
     return {
         "torch": _run(dummy=False, scheduler=False),
@@ -143,6 +182,7 @@ def _all(folder: str) -> dict[str, Any]:
         "scheduled": _run(dummy=True, scheduler=True),
         "errors": _errors(),
         "resume": _resume(folder),
+        "schedules": _other_schedules(),
     }
 
 
@@ -168,6 +208,9 @@ def test_config_sections_build_the_optimizer_and_scheduler_on_two_processes(
         assert not all(
             torch.equal(a, b) for a, b in zip(scheduled["weights"], dummy["weights"], strict=True)
         )
+        # the callable's StepLR halves at each engine step; 11 steps over 2 processes: 6 each
+        assert result["schedules"]["callable"] == [LR / 2, LR / 4, LR / 8]
+        assert result["schedules"]["decay"] == (6, 2)
         first, again = result["resume"]  # load_state restores weights, optimizer, schedule
         assert first == again
         assert result["errors"] == {

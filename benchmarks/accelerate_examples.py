@@ -20,8 +20,9 @@ autoregressive example's every update step: loss and grad norm), TensorBoard's `
 where the example logs it, and a hash of the final weights (printed at ``end_training`` by
 the stand-ins). Verdict per example: ``same`` (accuracy/F1 within 1e-6, losses within 1e-4
 relative, weights equal), ``differs``, or ``fails (<side>: <error line>)``. The checkpointing
-example also runs resumed from its epoch-0 checkpoint; its note says whether each framework
-resumes to its own uninterrupted run.
+example also runs resumed from its epoch-0 checkpoint (its note says whether each framework
+resumes to its own uninterrupted run), and the DeepSpeed example once more with DeepSpeed on
+(accelerate's ZeRO-2 template, fp16 off).
 
 Run: ``python benchmarks/accelerate_examples.py --examples /path/to/accelerate/examples
 [--only nlp_example,checkpointing] [--out table.md]`` (needs ``.[bench]``: accelerate,
@@ -101,6 +102,11 @@ EXAMPLES: dict[str, tuple[str, list[str]]] = {
     ),
 }
 RESUMED = "checkpointing (resumed from epoch_0)"
+# The DeepSpeed example once more with DeepSpeed on: accelerate's ZeRO-2 template, fp16 off
+# (CPU, mixed_precision "no"); accelerate reads it from its environment variables, ours gets
+# notebook_launcher(deepspeed={"hf_ds_config": file}).
+ZERO2 = "deepspeed_with_config_support (ZeRO-2 config)"
+ZERO2_TEMPLATE = "deepspeed_config_templates/zero_stage2_config.json"
 FRAMEWORKS = ("accelerate", "ours")
 
 _IMPORT = re.compile(r"^(\s*)(from|import)\s+accelerate\b", re.MULTILINE)
@@ -158,6 +164,8 @@ def parse_output(text: str) -> tuple[list[tuple[str, dict[str, float]]], str | N
             metrics.append(("test (folds averaged)", _numbers(ast.literal_eval(m[1]))))
         elif m := _WEIGHTS.search(line):
             weights = m[1]
+    # A line logged through two handlers (the DeepSpeed example's logger) counts once.
+    metrics = [entry for i, entry in enumerate(metrics) if i == 0 or entry != metrics[i - 1]]
     return metrics, weights
 
 
@@ -219,11 +227,48 @@ def _environment(scripts: Path, work: Path) -> dict[str, str]:
     return env
 
 
+def _launch(
+    command: list[str], work: Path, env: dict[str, str], timeout: float
+) -> tuple[int | None, float]:
+    """The run's exit code (None: timed out) and seconds; its output in work/std*.txt."""
+    start = time.perf_counter()
+    with open(work / "stdout.txt", "w") as out, open(work / "stderr.txt", "w") as err:
+        try:
+            code: int | None = subprocess.run(
+                command, cwd=work, env=env, stdout=out, stderr=err, timeout=timeout, check=False
+            ).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    return code, time.perf_counter() - start
+
+
 def run_one(
-    examples: Path, name: str, framework: str, work: Path, argv: list[str], timeout: float
+    examples: Path,
+    name: str,
+    framework: str,
+    work: Path,
+    argv: list[str],
+    timeout: float,
+    config: dict[str, Any] | None = None,
+    reuse: bool = False,
 ) -> Run:
-    """Run one example on one framework in a fresh process; parse what it printed."""
+    """Run one example on one framework in a fresh process; parse what it printed.
+
+    With ``reuse``, a run already recorded in ``work`` (run.json) is parsed again, not rerun.
+    """
     relative = EXAMPLES[name.split(" ")[0]][0]
+    env = _environment(work / "scripts", work)
+    deepspeed: list[str] = []
+    if name == ZERO2:
+        settings = json.loads((examples / ZERO2_TEMPLATE).read_text())
+        settings["fp16"]["enabled"] = False
+        (work / "zero2_cpu.json").write_text(json.dumps(settings, indent=1))
+        deepspeed = ["--deepspeed", str(work / "zero2_cpu.json")]
+        if framework == "accelerate":
+            env.update(
+                ACCELERATE_USE_DEEPSPEED="true",
+                ACCELERATE_DEEPSPEED_CONFIG_FILE=str(work / "zero2_cpu.json"),
+            )
     text = (examples / relative).read_text()
     scripts = work / "scripts"
     scripts.mkdir(parents=True, exist_ok=True)
@@ -240,22 +285,16 @@ def run_one(
         module,
         "--argv",
         json.dumps(argv),
+        "--config",
+        json.dumps(config or {}),
+        *deepspeed,
     ]
-    start = time.perf_counter()
-    with open(work / "stdout.txt", "w") as out, open(work / "stderr.txt", "w") as err:
-        try:
-            code: int | None = subprocess.run(
-                command,
-                cwd=work,
-                env=_environment(scripts, work),
-                stdout=out,
-                stderr=err,
-                timeout=timeout,
-                check=False,
-            ).returncode
-        except subprocess.TimeoutExpired:
-            code = None
-    seconds = time.perf_counter() - start
+    record = work / "run.json"
+    if reuse and record.is_file():
+        code, seconds = json.loads(record.read_text())
+    else:
+        code, seconds = _launch(command, work, env, timeout)
+        record.write_text(json.dumps([code, seconds]))
     output = (work / "stdout.txt").read_text() + "\n" + (work / "stderr.txt").read_text()
     metrics, weights = parse_output(output)
     metrics += tensorboard_losses(work)
@@ -365,6 +404,8 @@ def _plan(only: list[str]) -> list[tuple[str, list[str]]]:
     if "checkpointing" in names:
         resumed = ["--checkpointing_steps", "epoch", "--output_dir", "{work}/ckpt"]
         plan.append((RESUMED, [*resumed, "--resume_from_checkpoint", "{first}/ckpt/epoch_0"]))
+    if "deepspeed_with_config_support" in names:
+        plan.append((ZERO2, EXAMPLES["deepspeed_with_config_support"][1]))
     return plan
 
 
@@ -375,7 +416,29 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the table here (markdown)")
     parser.add_argument("--work", type=Path, help="folder for the runs (default: a temp one)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace an entry of the config dict the example's main() builds, on both sides "
+        "(e.g. lr=1e-3: the examples' own lr barely moves a tiny model); off by default",
+    )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="parse the runs already in --work again instead of rerunning them (missing ones run)",
+    )
     options = parser.parse_args()
+    config = {}
+    for item in options.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE, e.g. lr=1e-3")
+        try:
+            config[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            config[key] = value
     if not (options.examples / "nlp_example.py").is_file():
         raise SystemExit(f"--examples {options.examples}: no nlp_example.py there")
     only = [n.strip() for n in options.only.split(",") if n.strip()]
@@ -389,11 +452,16 @@ def main() -> None:
             folder.mkdir(parents=True, exist_ok=True)
             first = work / "checkpointing" / framework
             args = [a.replace("{first}", str(first)) for a in argv]
-            run = run_one(options.examples, name, framework, folder, args, options.timeout)
+            run = run_one(
+                options.examples, name, framework, folder, args, options.timeout, config,
+                options.reuse,
+            )  # fmt: skip
             runs[name][framework] = run
             status = run.error or f"{len(run.metrics)} metric lines, weights {run.weights}"
             print(f"{name} [{framework}] {run.seconds:.0f} s: {status}", flush=True)
     rendered = table(runs)
+    if config:
+        rendered = f"Config entries replaced on both sides: {config}\n\n{rendered}"
     print(rendered)
     raw = {n: {f: vars(r) for f, r in pair.items()} for n, pair in runs.items()}
     (work / "results.json").write_text(json.dumps(raw, indent=1))

@@ -129,6 +129,7 @@ def test_output_parsing_and_verdicts() -> None:
         "[rank 1] =====  tensor([0, 1])\n"
         "epoch 0 - update step 3:: grad norm: 1.25 ::train loss: 4.5\n"
         "epoch 0:: eval perplexity: 90.0 eval_loss: 4.49980974197\n"
+        "epoch 0:: eval perplexity: 90.0 eval_loss: 4.49980974197\n"  # a second log handler
         "[rank 0] @@harness weights abc123\n"
     )
     metrics, weights = harness.parse_output(out)

@@ -7,7 +7,8 @@ workers by reference (both launchers' workers import it). Its ``main()`` runs as
 num_processes=2, mixed_precision="no")`` of the chosen framework runs it. An example without a
 ``training_function`` (the DeepSpeed one) is launched as ``main()`` with its argv.
 
-Options the harness adds to every parser that has them: ``--cpu`` and ``--mixed_precision no``.
+Options the harness adds to every parser that has them: ``--cpu`` and ``--mixed_precision no``;
+``--config`` (JSON) replaces entries of the config dict ``main()`` built (off by default).
 """
 
 from __future__ import annotations
@@ -80,8 +81,17 @@ def cli() -> None:
     parser.add_argument("--framework", choices=["accelerate", "ours"], required=True)
     parser.add_argument("--module", required=True)
     parser.add_argument("--argv", default="[]", help="JSON list of the example's arguments")
+    parser.add_argument("--config", default="{}", help="JSON object: entries of its config dict")
+    parser.add_argument(
+        "--deepspeed",
+        help="a DeepSpeed config file: ours gets notebook_launcher(deepspeed={'hf_ds_config': "
+        "it}); accelerate reads it from ACCELERATE_DEEPSPEED_CONFIG_FILE (set by the harness)",
+    )
     options = parser.parse_args()
     argv = json.loads(options.argv)
+    launch: dict[str, Any] = {"num_processes": 2, "mixed_precision": "no"}
+    if options.deepspeed and options.framework == "ours":
+        launch["deepspeed"] = {"hf_ds_config": options.deepspeed}
     if options.framework == "accelerate":
         from accelerate import notebook_launcher
     else:
@@ -89,10 +99,9 @@ def cli() -> None:
     module = importlib.import_module(options.module)
     if hasattr(module, "training_function"):
         config, args = config_and_args(module, argv)
+        config.update(json.loads(options.config))
         print(f"@@harness config {config!r} args {vars(args)!r}", flush=True)
-        notebook_launcher(
-            module.training_function, (config, args), num_processes=2, mixed_precision="no"
-        )
+        notebook_launcher(module.training_function, (config, args), **launch)
     else:
-        notebook_launcher(run_main, (options.module, argv), num_processes=2, mixed_precision="no")
+        notebook_launcher(run_main, (options.module, argv), **launch)
     print("@@harness done", flush=True)

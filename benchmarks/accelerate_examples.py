@@ -349,16 +349,18 @@ def verdict(ref: Run, ours: Run) -> str:
 
 def summary(run: Run) -> str:
     """A table cell: each metric line (per-step lines summarised), and the weights hash."""
-    steps = [(label, m) for label, m in run.metrics if " step " in label]
+    steps = [m for label, m in run.metrics if label.startswith("epoch ") and " step " in label]
+    board = [m["train_loss"] for label, m in run.metrics if label.startswith("tensorboard")]
     parts = [
         f"{label}: " + ", ".join(f"{k} {v:.5g}" for k, v in m.items())
         for label, m in run.metrics
-        if " step " not in label
+        if label.startswith(("epoch ", "test ")) and " step " not in label
     ]
     if steps:
-        label, last = steps[-1]
-        parts.insert(0, f"{len(steps)} steps, last ({label}) " + ", ".join(
-            f"{k} {v:.6g}" for k, v in last.items()))  # fmt: skip
+        last = ", ".join(f"{k} {v:.6g}" for k, v in steps[-1].items())
+        parts.insert(0, f"{len(steps)} update steps, the last: {last}")
+    if board:
+        parts.append("TensorBoard train_loss " + ", ".join(f"{v:.6g}" for v in board))
     if run.weights:
         parts.append(f"weights {run.weights}")
     if run.error and not run.metrics:

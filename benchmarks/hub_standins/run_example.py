@@ -96,6 +96,9 @@ def cli() -> None:
         from accelerate import notebook_launcher
     else:
         from notebook_accel import notebook_launcher  # type: ignore[no-redef]
+    print(
+        f"@@harness {options.framework} from {sys.modules[notebook_launcher.__module__].__file__}"
+    )
     module = importlib.import_module(options.module)
     if hasattr(module, "training_function"):
         config, args = config_and_args(module, argv)

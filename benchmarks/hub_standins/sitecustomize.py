@@ -9,6 +9,8 @@ each right after it has executed.
 - ``Accelerator`` (accelerate's and ours): ``prepare`` remembers the models it returns, and
   ``end_training`` prints a hash of the last one's weights on the main process
   (``@@harness weights <sha256>``): the harness compares runs by it.
+- notebook_accel comes from the tree on PYTHONPATH only (an editable install's finder of
+  another checkout is dropped).
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def _report_weights(accelerator: Any) -> None:
         except Exception as error:  # the hash is a measurement: never fail the run on it
             line = f"@@harness weights unavailable ({type(error).__name__}: {error})"
     if accelerator.is_main_process:
-        print(line, flush=True)
+        source = sys.modules[type(accelerator).__module__].__file__
+        print(f"{line} (the Accelerator of {source})", flush=True)
 
 
 def _patch_accelerator(module: types.ModuleType) -> None:
@@ -162,5 +165,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return None
 
 
+def _only_the_tree_on_the_path() -> None:
+    """Drop the editable install's finder of notebook_accel: the tree the harness measures is
+    the one on PYTHONPATH, and a module it lacks must fail, not come from another checkout."""
+    sys.meta_path[:] = [
+        finder
+        for finder in sys.meta_path
+        if not getattr(finder, "__module__", "").startswith("__editable___notebook_accel")
+    ]
+
+
+_only_the_tree_on_the_path()
 if not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
     sys.meta_path.insert(0, _AfterImport())

@@ -35,6 +35,8 @@ _EXPORTS = {
     "FsdpConfig": "notebook_accel.options.fsdp",
     "DeepSpeedPlugin": "notebook_accel.options.deepspeed",
     "ParallelismConfig": "notebook_accel.options.parallelism",
+    "TorchDynamoPlugin": "notebook_accel.options.dynamo",
+    "DynamoBackend": "notebook_accel.options.dynamo",
     "ProjectConfiguration": "notebook_accel.training.project",
     "PartialState": "notebook_accel.training.processes",
     "DistributedDataParallelKwargs": "notebook_accel.training.handlers",

@@ -21,6 +21,7 @@ from notebook_accel import (
     DynamoBackend,
     TorchDynamoPlugin,
     debug_launcher,
+    notebook_launcher,
 )
 from notebook_accel.training.compile import compile_regions, uncompiled
 
@@ -115,6 +116,17 @@ def test_regional_compilation_compiles_each_block_and_leaves_the_model_alone() -
     assert type(compiled) is Net and compiled is not net and uncompiled(compiled) is net
     assert all(type(b) is Block for b in net.layers)  # the user's module is not changed
     assert [p.data_ptr() for p in compiled.parameters()] == [p.data_ptr() for p in net.parameters()]
+
+
+def _backend_seen() -> str:
+    return str(Accelerator().dynamo_plugin.backend.value)
+
+
+def test_the_launchers_dynamo_backend_is_the_workers_default() -> None:
+    assert notebook_launcher(_backend_seen, num_processes=2, dynamo_backend="Inductor") == [
+        "INDUCTOR",
+        "INDUCTOR",
+    ]
 
 
 # ---- training: compiled equals eager -------------------------------------------------------

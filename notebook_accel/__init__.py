@@ -37,6 +37,7 @@ _EXPORTS = {
     "ParallelismConfig": "notebook_accel.options.parallelism",
     "TorchDynamoPlugin": "notebook_accel.options.dynamo",
     "DynamoBackend": "notebook_accel.options.dynamo",
+    "compile_regions": "notebook_accel.training.compile",
     "ProjectConfiguration": "notebook_accel.training.project",
     "PartialState": "notebook_accel.training.processes",
     "DistributedDataParallelKwargs": "notebook_accel.training.handlers",

@@ -129,6 +129,32 @@ def test_the_launchers_dynamo_backend_is_the_workers_default() -> None:
     ]
 
 
+@pytest.mark.parametrize("regional", [False, True], ids=["whole", "regional"])
+def test_checkpoints_of_a_compiled_model_keep_the_modules_names(
+    regional: bool, tmp_path: Any
+) -> None:
+    from safetensors.torch import load_file
+
+    acc = Accelerator(
+        dynamo_plugin=TorchDynamoPlugin(backend="eager", use_regional_compilation=regional)
+    )
+    torch.manual_seed(0)
+    net = Net()
+    model, opt = acc.prepare(net, torch.optim.SGD(net.parameters(), lr=0.1))
+    acc.backward(model(torch.randn(2, 4)).sum())
+    opt.step()
+    saved = {k: v.clone() for k, v in acc.get_state_dict(model).items()}
+    acc.save_state(tmp_path / "ckpt")
+    assert load_file(tmp_path / "ckpt" / "model.safetensors").keys() == Net().state_dict().keys()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    acc.load_state(tmp_path / "ckpt")
+    for name, value in acc.get_state_dict(model).items():
+        torch.testing.assert_close(value, saved[name], rtol=0, atol=0)
+    assert acc.prepare(model) is model  # a prepared, compiled model is not prepared again
+
+
 # ---- training: compiled equals eager -------------------------------------------------------
 def _data() -> TensorDataset:
     g = torch.Generator().manual_seed(0)

@@ -168,9 +168,14 @@ class LaunchConfig:
             object.__setattr__(self, "fsdp", FsdpConfig.coerce(self.fsdp))
         self._check_cluster()
         self._check_deepspeed()
-        from .options.dynamo import coerce_option as dynamo_option  # torch-free
+        from .options import dynamo  # torch-free
 
-        object.__setattr__(self, "dynamo_backend", dynamo_option(self.dynamo_backend))
+        object.__setattr__(self, "dynamo_backend", dynamo.coerce_option(self.dynamo_backend))
+        mesh = self.parallelism_config or {}
+        sharded_mesh = mesh.get("tp_size", 1) * mesh.get("dp_shard_size", 1) > 1
+        shards = self.fsdp is not None or self.deepspeed is not None or sharded_mesh
+        if self.dynamo_backend != "no" and shards:
+            dynamo.refuse_with_sharding(self.dynamo_backend)
 
     def _check_cluster(self) -> None:
         if self.cluster is not None and (

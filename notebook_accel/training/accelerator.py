@@ -25,7 +25,7 @@ from torch.utils.hooks import RemovableHandle
 from .. import env
 from ..errors import CheckpointError, ConfigError
 from ..options.deepspeed import DeepSpeedPlugin
-from ..options.dynamo import DynamoBackend, TorchDynamoPlugin, check_backend
+from ..options.dynamo import DynamoBackend, TorchDynamoPlugin, check_backend, refuse_with_sharding
 from ..options.fsdp import FsdpConfig
 from ..options.parallelism import ParallelismConfig
 from ..reporting import live
@@ -174,7 +174,9 @@ class Accelerator:
         if gradient_accumulation_steps is None and plugin is not None:
             gradient_accumulation_steps = plugin.accumulation_steps
         steps = _accumulation_steps(gradient_accumulation_steps)
-        dynamo = _dynamo_plugin(dynamo_backend, dynamo_plugin)
+        mesh = parallelism_config
+        shards = bool(fsdp_config or plugin or (mesh and mesh.tp_size * mesh.dp_shard_size > 1))
+        dynamo = _dynamo_plugin(dynamo_backend, dynamo_plugin, shards)
         if project_config is not None and not isinstance(project_config, ProjectConfiguration):
             raise ConfigError("project_config", project_config, "a ProjectConfiguration or None")
         self.project_configuration = project_config or ProjectConfiguration()
@@ -231,13 +233,6 @@ class Accelerator:
             split_batches=self.dataloader_config.split_batches,
             parallelism=parallelism_config,
         )
-        if dynamo.enabled and self._strategy.name not in ("single", "ddp"):
-            raise ConfigError(
-                "dynamo_backend",
-                dynamo.backend.value.lower(),
-                "'no' with FSDP, DeepSpeed or tensor parallelism (not built yet)",
-                "Compile with DDP or in one process, or leave dynamo_backend unset.",
-            )
         self.deepspeed_plugin = plugin
         self.dynamo_plugin = dynamo
         self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
@@ -1003,8 +998,8 @@ class Accelerator:
             folder = Path(output_dir)
         objects, sharded = self._strategy.checkpoint_parts(self._objects)
         models = list(self._objects.model)
-        plain = [self.unwrap_model(m, keep_torch_compile=False) for m in models]
-        weights = [] if sharded else [m.state_dict() for m in plain]
+        plain = [] if sharded else [self.unwrap_model(m, keep_torch_compile=False) for m in models]
+        weights = [m.state_dict() for m in plain]
         for hook in list(self._save_state_pre_hooks.values()):
             hook(models, weights, os.fspath(folder))
         scaler = self.scaler.state_dict() if self.scaler is not None else None
@@ -1116,8 +1111,16 @@ def _deepspeed_plugin(value: object, fsdp: FsdpConfig | None) -> DeepSpeedPlugin
     return value
 
 
-def _dynamo_plugin(backend: object, plugin: object) -> TorchDynamoPlugin:
-    """One TorchDynamoPlugin from ``dynamo_backend`` or ``dynamo_plugin`` (or the launch's)."""
+def _dynamo_plugin(backend: object, plugin: object, shards: bool) -> TorchDynamoPlugin:
+    """One TorchDynamoPlugin from ``dynamo_backend`` or ``dynamo_plugin`` (or the launch's);
+    refused with a strategy that ``shards`` the model (FSDP, DeepSpeed, TP)."""
+    chosen = _dynamo_choice(backend, plugin)
+    if chosen.enabled and shards:
+        refuse_with_sharding(chosen.backend.value.lower())
+    return chosen
+
+
+def _dynamo_choice(backend: object, plugin: object) -> TorchDynamoPlugin:
     if plugin is not None and not isinstance(plugin, TorchDynamoPlugin):
         raise ConfigError("dynamo_plugin", plugin, "a TorchDynamoPlugin or None")
     if plugin is not None and backend is not None:

@@ -100,6 +100,7 @@ def test_accelerates_environment_variables_fill_the_fields(monkeypatch: pytest.M
             "None when dynamo_plugin",
         ),
         (lambda: Accelerator(dynamo_plugin="inductor"), "dynamo_plugin", "TorchDynamoPlugin"),
+        (lambda: Accelerator(dynamo_backend="inductor", fsdp="full"), "dynamo_backend", "FSDP"),
     ],
 )
 def test_bad_values_name_the_parameter(make: Any, named: str, accepted: str) -> None:

@@ -38,6 +38,7 @@ _EXPORTS = {
     "TorchDynamoPlugin": "notebook_accel.options.dynamo",
     "DynamoBackend": "notebook_accel.options.dynamo",
     "compile_regions": "notebook_accel.training.compile",
+    "is_compiled_module": "notebook_accel.training.compile",
     "ProjectConfiguration": "notebook_accel.training.project",
     "PartialState": "notebook_accel.training.processes",
     "DistributedDataParallelKwargs": "notebook_accel.training.handlers",

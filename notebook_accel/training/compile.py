@@ -20,11 +20,27 @@ import torch
 
 from ..options.dynamo import TorchDynamoPlugin
 
-__all__ = ["compile_model", "compile_regions", "is_compiled", "strategy_view", "uncompiled"]
+__all__ = [
+    "compile_model",
+    "compile_regions",
+    "is_compiled",
+    "is_compiled_module",
+    "strategy_view",
+    "uncompiled",
+]
 
 
-def _optimized(module: object) -> bool:
+def is_compiled_module(module: object) -> bool:
+    """Whether ``module`` is a ``torch.compile`` wrapper (accelerate.utils's name).
+
+    Example:
+        >>> is_compiled_module(torch.compile(torch.nn.Linear(2, 2)))
+        True
+    """
     return isinstance(module, torch._dynamo.eval_frame.OptimizedModule)
+
+
+_optimized = is_compiled_module
 
 
 def is_compiled(module: torch.nn.Module) -> bool:

@@ -24,6 +24,7 @@ from notebook_accel import (
     notebook_launcher,
 )
 from notebook_accel.training.compile import compile_regions, uncompiled
+from notebook_accel.utils import is_compiled_module
 
 
 class Block(torch.nn.Module):
@@ -115,6 +116,7 @@ def test_regional_compilation_compiles_each_block_and_leaves_the_model_alone() -
     assert all(type(b).__name__ == "OptimizedModule" for b in compiled.layers)
     assert type(compiled.embed).__name__ == type(compiled.head).__name__ == "OptimizedModule"
     assert type(compiled) is Net and compiled is not net and uncompiled(compiled) is net
+    assert is_compiled_module(compiled.layers[0]) and not is_compiled_module(compiled)
     assert all(type(b) is Block for b in net.layers)  # the user's module is not changed
     assert [p.data_ptr() for p in compiled.parameters()] == [p.data_ptr() for p in net.parameters()]
 

@@ -2,15 +2,16 @@
 
 The same small transformer (pre-norm blocks: attention + MLP, in a ModuleList), the same
 data, optimizer and loop, prepared by each Accelerator with ``dynamo_backend`` "no" or the
-backend given (default inductor), optionally with regional compilation. Each variant runs
-in its own launch (``debug_launcher``, ``--processes`` ranks, default 1: compiling is per
-process and the machine has few cores), in rotated order over ``--rounds``, so drifting load
-hits all alike; one inductor cache folder for the run, so only the first launch compiles
+backend given (default inductor), optionally with regional compilation. Both Accelerators run
+in one launch per mode (``debug_launcher``, ``--processes`` ranks, default 1: compiling is
+per process and the machine has few cores), their steps alternated (order swapped each
+step), so drifting load hits both alike; eager and compiled launches alternate over
+``--rounds``; one inductor cache folder for the run, so only the first launch compiles
 from scratch (compile time is not measured, only steps).
 
-- time: each step (batch, forward, backward, optimizer step) with ``time.perf_counter``;
-  the first ``--warmup`` steps (compiling included) are dropped; the median step of the
-  slowest rank per launch, then the median over rounds.
+- time: each step (forward, backward, optimizer step; the batch is fetched before) with
+  ``time.perf_counter``; the first ``--warmup`` steps (compiling included) are dropped; the
+  median step of the slowest rank per launch, then the median over rounds.
 - target: ours compiled within 5% of accelerate's compiled step (ratio <= 1.05).
 
 Run: ``python benchmarks/compile_step.py`` (needs ``pip install accelerate`` and a C
@@ -82,51 +83,47 @@ def _setup(cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
     return model, optimizer, DataLoader(data, batch_size=cfg["batch"])
 
 
-def _loop(acc: Any, cfg: dict[str, Any]) -> tuple[list[float], float]:
-    model, optimizer, loader = acc.prepare(*_setup(cfg))
-    times, loss = [], torch.zeros(())
-    batches = iter(loader)
-    while True:
-        t0 = time.perf_counter()
-        batch = next(batches, None)
-        if batch is None:
-            break
-        x, y = batch
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        acc.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
-        times.append(time.perf_counter() - t0)
-    return times, loss.item()
+def _step(model: Any, optimizer: Any, backward: Any, batch: Any) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    x, y = batch
+    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+    return time.perf_counter() - t0, loss.item()
 
 
-def hf_accelerate(cfg: dict[str, Any]) -> tuple[list[float], float]:
-    from accelerate import Accelerator
-    from accelerate.utils import TorchDynamoPlugin
+def pair(cfg: dict[str, Any]) -> dict[str, tuple[list[float], float]]:
+    """accelerate's and our Accelerator in one process, same backend, steps alternated (the
+    order swapped each step), so both see the same machine load."""
+    from accelerate import Accelerator as HfAccelerator
+    from accelerate.utils import TorchDynamoPlugin as HfPlugin
 
-    plugin = TorchDynamoPlugin(
-        backend=cfg["backend"], use_regional_compilation=cfg["regional"], mode="default"
-    )
-    acc = Accelerator(cpu=True, dynamo_plugin=plugin)  # cpu=True: a group on CPU
-    try:
-        return _loop(acc, cfg)
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-
-
-def notebook_accel(cfg: dict[str, Any]) -> tuple[list[float], float]:
     from notebook_accel import Accelerator, TorchDynamoPlugin
 
-    plugin = TorchDynamoPlugin(backend=cfg["backend"], use_regional_compilation=cfg["regional"])
-    acc = Accelerator(dynamo_plugin=plugin)
-    try:
-        return _loop(acc, cfg)
-    finally:
-        acc.end_training()
+    options = {"backend": cfg["backend"], "use_regional_compilation": cfg["regional"]}
+    hf = HfAccelerator(cpu=True, dynamo_plugin=HfPlugin(**options))  # cpu=True: a group
+    ours = Accelerator(dynamo_plugin=TorchDynamoPlugin(**options))
+    runs = {}
+    for name, acc in (("HF accelerate", hf), ("notebook_accel", ours)):
+        model, optimizer, loader = acc.prepare(*_setup(cfg))
+        runs[name] = (model, optimizer, acc.backward, iter(loader))
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    last: dict[str, float] = {}
+    for i in range(cfg["steps"]):
+        order = list(runs) if i % 2 == 0 else list(runs)[::-1]
+        for name in order:
+            model, optimizer, backward, batches = runs[name]
+            seconds, last[name] = _step(model, optimizer, backward, next(batches))
+            times[name].append(seconds)
+    ours.end_training()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return {name: (times[name], last[name]) for name in runs}
 
 
-RUNNERS = {"HF accelerate": hf_accelerate, "notebook_accel": notebook_accel}
+WHO = ("HF accelerate", "notebook_accel")
+MODES = ("eager", "compiled")
 
 
 def main() -> None:
@@ -150,20 +147,17 @@ def main() -> None:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     base = {k: getattr(args, k) for k in ("processes", "threads", "steps", "batch", "seq")}
     base.update(width=args.width, heads=args.heads, depth=args.depth, vocab=args.vocab)
-    variants = [(who, mode) for who in RUNNERS for mode in ("eager", "compiled")]
-    step_ms: dict[tuple[str, str], list[float]] = {v: [] for v in variants}
+    step_ms: dict[tuple[str, str], list[float]] = {(w, m): [] for w in WHO for m in MODES}
     final_loss: dict[tuple[str, str], float] = {}
     for round_ in range(args.rounds):
-        shift = round_ % len(variants)
-        for who, mode in variants[shift:] + variants[:shift]:
+        for mode in MODES if round_ % 2 == 0 else MODES[::-1]:
             cfg = dict(base, backend="no" if mode == "eager" else args.backend)
             cfg["regional"] = args.regional and mode == "compiled"
-            ranks = debug_launcher(
-                RUNNERS[who], args=(cfg,), num_processes=args.processes, output="none"
-            )
-            ms = max(statistics.median(t[args.warmup :]) for t, _ in ranks) * 1e3
-            step_ms[(who, mode)].append(ms)
-            final_loss[(who, mode)] = ranks[0][1]
+            ranks = debug_launcher(pair, args=(cfg,), num_processes=args.processes, output="none")
+            for who in WHO:
+                ms = max(statistics.median(r[who][0][args.warmup :]) for r in ranks) * 1e3
+                step_ms[(who, mode)].append(ms)
+                final_loss[(who, mode)] = ranks[0][who][1]
     med = {v: statistics.median(ms) for v, ms in step_ms.items()}
     load = os.getloadavg()
     how = f"{args.backend}" + (" (regional)" if args.regional else "")
@@ -174,7 +168,7 @@ def main() -> None:
         f"rounds; torch {torch.__version__}; load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
     print(f"{'':<16}{'eager ms/step':>15}{'compiled ms/step':>18}{'speed-up':>10}{'last loss':>22}")
-    for who in RUNNERS:
+    for who in WHO:
         eager, compiled = med[(who, "eager")], med[(who, "compiled")]
         losses = f"{final_loss[(who, 'eager')]:.5f}/{final_loss[(who, 'compiled')]:.5f}"
         print(f"{who:<16}{eager:>15.3f}{compiled:>18.3f}{eager / compiled:>9.2f}x{losses:>22}")

@@ -51,6 +51,7 @@ FILE_KEYS = (
     "fsdp",
     "deepspeed",
     "parallelism_config",
+    "dynamo_backend",
 )
 
 
@@ -113,6 +114,9 @@ class LaunchConfig:
     # The workers' Accelerator's mesh: None, a ParallelismConfig or a dict of its fields;
     # normalised to a dict (or None).
     parallelism_config: Any = None
+    # torch.compile in the workers' Accelerator.prepare: accelerate's backend name ("no",
+    # "inductor", "aot_eager"...), any case; normalised to lower case.
+    dynamo_backend: str = "no"
     # The fields whose value came from the config file (not the call), for the launch banner.
     from_file: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     file_path: str = dataclasses.field(default="", compare=False, repr=False)
@@ -164,6 +168,14 @@ class LaunchConfig:
             object.__setattr__(self, "fsdp", FsdpConfig.coerce(self.fsdp))
         self._check_cluster()
         self._check_deepspeed()
+        from .options import dynamo  # torch-free
+
+        object.__setattr__(self, "dynamo_backend", dynamo.coerce_option(self.dynamo_backend))
+        mesh = self.parallelism_config or {}
+        sharded_mesh = mesh.get("tp_size", 1) * mesh.get("dp_shard_size", 1) > 1
+        shards = self.fsdp is not None or self.deepspeed is not None or sharded_mesh
+        if self.dynamo_backend != "no" and shards:
+            dynamo.refuse_with_sharding(self.dynamo_backend)
 
     def _check_cluster(self) -> None:
         if self.cluster is not None and (
@@ -248,6 +260,8 @@ class LaunchConfig:
             out["deepspeed"] = json.dumps(self.deepspeed)
         if self.parallelism_config is not None:
             out["parallelism_config"] = json.dumps(self.parallelism_config)
+        if self.dynamo_backend != "no":
+            out["dynamo_backend"] = self.dynamo_backend
         return out
 
     def file_values(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from ..config import (
     save_file,
 )
 from ..errors import ConfigError, NotebookAccelError, RemoteTraceback
+from ..options.dynamo import DynamoBackend
 
 __all__ = ["main", "build_parser"]
 
@@ -50,6 +51,7 @@ _OPTIONS = {
     "cluster": "cluster",
     "resources_per_worker": "resources_per_worker",
     "placement_strategy": "placement_strategy",
+    "dynamo_backend": "dynamo_backend",
 }
 _FIELD_TO_OPTION = {field: f"--{option}" for option, field in _OPTIONS.items()}
 _FIELD_TO_OPTION["script"] = "script"
@@ -75,6 +77,15 @@ def _launch_parser(sub: Any) -> None:
     _add(p, "num_processes", type=int, metavar="N", help="processes on this machine")
     _add(p, "mixed_precision", choices=get_args(MixedPrecision))
     _add(p, "hardware", choices=get_args(Hardware))
+    _add(
+        p,
+        "dynamo_backend",
+        type=str.lower,
+        choices=[b.value.lower() for b in DynamoBackend],
+        metavar="BACKEND",
+        help="compile models in Accelerator.prepare with torch.compile on this backend "
+        "(inductor, aot_eager, eager...; default no)",
+    )
     _add(
         p,
         "num_machines",

@@ -52,6 +52,14 @@ _PANEL_FIELDS = (
     "gradient_accumulation_steps",
     "seed",
     "fsdp",
+    "dynamo_backend",
+)
+# torch.compile backends offered (the launcher takes any of accelerate's names).
+_COMPILE = (
+    ("No (eager)", "no"),
+    ("torch.compile: inductor", "inductor"),
+    ("torch.compile: aot_eager", "aot_eager"),
+    ("torch.compile: eager (debug)", "eager"),
 )
 _LOG_LINES = 400  # the panel keeps the last lines of output; the rest scrolls away
 _QUIET = 5.0  # seconds without a health report after which a running rank is flagged
@@ -60,7 +68,8 @@ _QUIET = 5.0  # seconds without a health report after which a running rank is fl
 class LaunchPanel(w.VBox):
     """A launch form for ``function``, shown as a cell's output.
 
-    Its controls (``hardware``, ``processes``, ``precision``, ``accumulation``, ``seed``)
+    Its controls (``hardware``, ``processes``, ``precision``, ``accumulation``, ``sharding``,
+    ``compile``, ``seed``)
     offer only what this machine has; ``launch_button`` runs
     ``notebook_launcher``'s launch with them, ``stop_button`` stops every worker. The panel
     starts from the config file's choices; it writes them back (as the defaults that
@@ -146,6 +155,8 @@ class LaunchPanel(w.VBox):
             self.precision.value = config.mixed_precision
         self.accumulation.value = config.gradient_accumulation_steps
         self.seed.value = "" if config.seed is None else str(config.seed)
+        if config.dynamo_backend in dict(self.compile.options).values():
+            self.compile.value = config.dynamo_backend
         self.launch_button.description = "Run"
         self._set_running(False)
         self._say(f"Runs on the session's workers: {workers.plan.describe()}.")
@@ -183,6 +194,9 @@ class LaunchPanel(w.VBox):
                     else []
                 ),
             ],
+        )
+        self.compile = w.Dropdown(
+            description="Compile", style=style, layout=wide, options=list(_COMPILE), value="no"
         )
         self.seed = w.Text(description="Seed", placeholder="none", style=style)
         # Saving is opt-in: a launch to try something must not change later launches' defaults.
@@ -232,6 +246,8 @@ class LaunchPanel(w.VBox):
             strategy = f"zero{saved['deepspeed'].get('zero_stage', 2)}"
         if strategy in dict(self.sharding.options).values():
             self.sharding.value = strategy
+        if saved.get("dynamo_backend") in dict(self.compile.options).values():
+            self.compile.value = saved["dynamo_backend"]
 
     @property
     def launch_config(self) -> LaunchConfig:
@@ -259,6 +275,7 @@ class LaunchPanel(w.VBox):
             deepspeed=int(self.sharding.value[-1])
             if self.sharding.value.startswith("zero")
             else None,
+            dynamo_backend=self.compile.value,
         )
 
     # -- launching --------------------------------------------------------------------------
@@ -361,6 +378,7 @@ class LaunchPanel(w.VBox):
             self.precision,
             self.accumulation,
             self.sharding,
+            self.compile,
             self.seed,
             self.save_default,
         )

@@ -253,6 +253,7 @@ def notebook_launcher(
     placement_strategy: str | None = None,
     deepspeed: Any = None,
     parallelism_config: Any = None,
+    dynamo_backend: str | None = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` worker processes and return every result.
 
@@ -301,6 +302,9 @@ def notebook_launcher(
         parallelism_config: the workers' mesh (``ParallelismConfig`` or a dict of its fields:
             ``dp_replicate_size``, ``dp_shard_size``, ``tp_size``...); its sizes must multiply
             to the job's processes (checked before any process starts).
+        dynamo_backend: compile models in ``Accelerator.prepare`` with ``torch.compile`` on
+            this backend (accelerate's names: ``"inductor"``, ``"aot_eager"``, ``"eager"``...;
+            ``"no"``, the default, runs eager); the workers' ``Accelerator()`` default.
 
     Arguments left at ``None`` take the config file's value (written by the panel's "Save as
     default" or ``notebook-accel config``); the banner names each value that came from it.
@@ -349,6 +353,7 @@ def notebook_launcher(
         placement_strategy=placement_strategy,
         deepspeed=deepspeed,
         parallelism_config=parallelism_config,
+        dynamo_backend=dynamo_backend,
     )
     return launch(function, args, kwargs, config)
 

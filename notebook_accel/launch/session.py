@@ -71,6 +71,7 @@ _OPTIONS = (
     "fsdp",
     "deepspeed",
     "parallelism_config",
+    "dynamo_backend",
 )
 _GRACE = 5.0  # seconds interrupted ranks get to come back, and the probe to answer
 _CLOSE_GRACE = 5.0  # seconds the workers get to leave the group and exit by themselves
@@ -215,7 +216,8 @@ class Workers:
 
     Args:
         num_processes, mixed_precision, hardware, output, gradient_accumulation_steps,
-            start_method, fsdp, deepspeed, parallelism_config: as for ``notebook_launcher``
+            start_method, fsdp, deepspeed, parallelism_config, dynamo_backend: as for
+            ``notebook_launcher``
             (the config file fills what is not given).
         timeout: the default ``timeout`` of each run, in seconds.
         seed: seed every rank once, at the start and at each ``restart()``; later runs go on
@@ -246,6 +248,7 @@ class Workers:
         fsdp: Any = None,
         deepspeed: Any = None,
         parallelism_config: Any = None,
+        dynamo_backend: str | None = None,
         cluster: str | None = None,
         num_nodes: int | None = None,
         max_restarts: int | None = None,

@@ -5,6 +5,7 @@
     deepspeed.py     DeepSpeedPlugin (accelerate's names, torch-free): validated, ``"auto"``
                      filled into DeepSpeed's config; the launch option; precisions per device
     parallelism.py   ParallelismConfig (accelerate's mesh sizes, torch-free)
+    dynamo.py        TorchDynamoPlugin, DynamoBackend (accelerate's torch.compile settings)
 
 ``config.py``, ``hardware`` and the launcher read them; the training side builds on them.
 """

@@ -6,6 +6,7 @@
     handlers.py      KwargsHandler and accelerate's option carriers
     collectives.py   gather, reduce, broadcast, pad, gather_object, split
     memory.py        release_memory, find_executable_batch_size
+    compile.py       torch.compile in prepare: the whole model or its repeated blocks
     tracking.py      experiment trackers behind GeneralTracker
     project.py       ProjectConfiguration
     data/            loader sharding, rounds, epoch randomness, iterable datasets, config

@@ -25,11 +25,13 @@ from torch.utils.hooks import RemovableHandle
 from .. import env
 from ..errors import CheckpointError, ConfigError
 from ..options.deepspeed import DeepSpeedPlugin
+from ..options.dynamo import DynamoBackend, TorchDynamoPlugin, check_backend, refuse_with_sharding
 from ..options.fsdp import FsdpConfig
 from ..options.parallelism import ParallelismConfig
 from ..reporting import live
 from ..seeding import set_seed
 from . import collectives, strategies, tracking
+from . import compile as compiling
 from .checkpoint import files as checkpoint_files
 from .checkpoint import folder as checkpoint
 from .data.config import DataLoaderConfiguration
@@ -124,6 +126,12 @@ class Accelerator:
         parallelism_config: a :class:`~notebook_accel.ParallelismConfig`
             (accelerate's mesh sizes): tensor parallelism alone, or FSDP/HSDP by
             ``dp_shard_size``/``dp_replicate_size``; not with ``fsdp`` or DeepSpeed.
+        dynamo_backend: compile prepared models with ``torch.compile`` on this backend
+            (``"inductor"``, ``"aot_eager"``...; see :class:`~notebook_accel.DynamoBackend`);
+            ``None`` takes the launcher's (``"no"``: eager). Not with ``dynamo_plugin``.
+        dynamo_plugin: a :class:`~notebook_accel.TorchDynamoPlugin` (mode, fullgraph,
+            dynamic, options, regional compilation). Models are compiled after their DDP
+            wrapper, as accelerate does; DDP and single-process training only.
 
     Example:
         >>> accelerator = Accelerator()
@@ -155,6 +163,8 @@ class Accelerator:
         log_with: Any = None,
         deepspeed_plugin: DeepSpeedPlugin | None = None,
         parallelism_config: ParallelismConfig | None = None,
+        dynamo_backend: DynamoBackend | str | None = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
     ) -> None:
         # Validate every argument before joining a process group: errors come out clean.
         if mixed_precision is None:
@@ -171,6 +181,9 @@ class Accelerator:
         if gradient_accumulation_steps is None and plugin is not None:
             gradient_accumulation_steps = plugin.accumulation_steps
         steps = _accumulation_steps(gradient_accumulation_steps)
+        mesh = parallelism_config
+        shards = bool(fsdp_config or plugin or (mesh and mesh.tp_size * mesh.dp_shard_size > 1))
+        dynamo = _dynamo_plugin(dynamo_backend, dynamo_plugin, shards)
         if project_config is not None and not isinstance(project_config, ProjectConfiguration):
             raise ConfigError("project_config", project_config, "a ProjectConfiguration or None")
         self.project_configuration = project_config or ProjectConfiguration()
@@ -197,6 +210,7 @@ class Accelerator:
         self.state = dataclasses.replace(
             ProcessState.from_environment(cpu=cpu, group_options=group_options),
             deepspeed_plugin=plugin,
+            dynamo_plugin=dynamo,
         )
         self._processes = PartialState.of(self.state)
         # An XLA job's precision (graph cut per step, gradients averaged across device threads)
@@ -227,6 +241,7 @@ class Accelerator:
             parallelism=parallelism_config,
         )
         self.deepspeed_plugin = plugin
+        self.dynamo_plugin = dynamo
         self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
         self.step = 0  # backward() calls, saved in checkpoints
         self._objects = checkpoint.Stateful()
@@ -359,7 +374,8 @@ class Accelerator:
         for i, obj in enumerate(objects):
             match = next((h for kind, h in handlers if isinstance(obj, kind)), None)
             finished = isinstance(obj, done) or (
-                isinstance(obj, torch.nn.Module) and self._strategy.is_prepared(obj)
+                isinstance(obj, torch.nn.Module)
+                and (self._strategy.is_prepared(obj) or any(obj is m for m in self._objects.model))
             )
             if match is None and not finished:
                 raise ConfigError(
@@ -412,6 +428,7 @@ class Accelerator:
             model = self._strategy.prepare_model(model)
             for opt in self._objects.optimizer:  # optimizers prepared before their model
                 self._strategy.prepare_optimizer(opt.optimizer)
+        model = compiling.compile_model(model, self.dynamo_plugin)  # last, as accelerate
         self._objects.model.append(model)
         return model
 
@@ -482,7 +499,7 @@ class Accelerator:
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
         """Skip the gradient all-reduce inside the block (a no-op in one process)."""
-        with self._strategy.no_sync(model):
+        with self._strategy.no_sync(compiling.strategy_view(model)):
             yield
 
     @contextlib.contextmanager
@@ -754,7 +771,7 @@ class Accelerator:
             >>> with accelerator.trigger_sync_in_backward(model):  # doctest: +SKIP
             ...     accelerator.backward(loss_b)
         """
-        with self._strategy.trigger_sync_in_backward(model):
+        with self._strategy.trigger_sync_in_backward(compiling.strategy_view(model)):
             yield
 
     def free_memory(self, *objects: Any) -> list[None]:
@@ -843,10 +860,25 @@ class Accelerator:
 
     # ---- models and checkpoints ----------------------------------------------------------
     def unwrap_model(
-        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
+        self,
+        model: torch.nn.Module,
+        keep_fp32_wrapper: bool = True,
+        keep_torch_compile: bool = True,
     ) -> torch.nn.Module:
-        """The user's module, without DDP (and without the autocast forward if asked)."""
-        inner = self._strategy.unwrap(model)
+        """The user's module, without DDP (and without the autocast forward if asked).
+
+        A compiled model: with ``keep_torch_compile`` its compiled form where it stands
+        without the DDP wrapper (the compiled module in one process; with regional
+        compilation, the module holding the compiled blocks), else the module as it was
+        before compiling (its own state-dict names).
+        """
+        if not keep_torch_compile or compiling.strategy_view(model) is not model:
+            base = compiling.uncompiled(model)
+            inner = self._strategy.unwrap(base)
+            if keep_torch_compile and inner is base:
+                inner = model  # one process, compiled whole: the compiled module is the model
+        else:
+            inner = self._strategy.unwrap(model)
         if not keep_fp32_wrapper:
             AutocastForward.remove(inner)
         return inner
@@ -857,7 +889,7 @@ class Accelerator:
         An FSDP model's is gathered whole on the main process (``{}`` elsewhere): call it on
         every process.
         """
-        return self._strategy.model_state_dict(model, unwrap=unwrap)
+        return self._strategy.model_state_dict(compiling.uncompiled(model), unwrap=unwrap)
 
     def _writes_files(self) -> bool:
         """Whether this process writes shared files: the main process, or with
@@ -1008,7 +1040,8 @@ class Accelerator:
             folder = Path(output_dir)
         objects, sharded = self._strategy.checkpoint_parts(self._objects)
         models = list(self._objects.model)
-        weights = [] if sharded else [self.unwrap_model(m).state_dict() for m in models]
+        plain = [] if sharded else [self.unwrap_model(m, keep_torch_compile=False) for m in models]
+        weights = [m.state_dict() for m in plain]
         for hook in list(self._save_state_pre_hooks.values()):
             hook(models, weights, os.fspath(folder))
         scaler = self.scaler.state_dict() if self.scaler is not None else None
@@ -1082,7 +1115,7 @@ class Accelerator:
         progress = checkpoint.load_state(
             input_dir,
             self.state,
-            dataclasses.replace(objects, model=models),
+            dataclasses.replace(objects, model=[compiling.uncompiled(m) for m in models]),
             read_sharded=functools.partial(sharded.load, trusted=trusted) if sharded else None,
             scaler=self.scaler,
             trusted=trusted,
@@ -1129,6 +1162,32 @@ def _deepspeed_plugin(value: object, fsdp: FsdpConfig | None) -> DeepSpeedPlugin
 
     require_deepspeed()
     return value
+
+
+def _dynamo_plugin(backend: object, plugin: object, shards: bool) -> TorchDynamoPlugin:
+    """One TorchDynamoPlugin from ``dynamo_backend`` or ``dynamo_plugin`` (or the launch's);
+    refused with a strategy that ``shards`` the model (FSDP, DeepSpeed, TP)."""
+    chosen = _dynamo_choice(backend, plugin)
+    if chosen.enabled and shards:
+        refuse_with_sharding(chosen.backend.value.lower())
+    return chosen
+
+
+def _dynamo_choice(backend: object, plugin: object) -> TorchDynamoPlugin:
+    if plugin is not None and not isinstance(plugin, TorchDynamoPlugin):
+        raise ConfigError("dynamo_plugin", plugin, "a TorchDynamoPlugin or None")
+    if plugin is not None and backend is not None:
+        raise ConfigError(
+            "dynamo_backend",
+            backend,
+            "None when dynamo_plugin is given",
+            "Set the backend in the TorchDynamoPlugin.",
+        )
+    if plugin is not None:
+        return plugin
+    if backend is not None:
+        return TorchDynamoPlugin(backend=check_backend("dynamo_backend", backend))
+    return TorchDynamoPlugin()
 
 
 def _data_config(

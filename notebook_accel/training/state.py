@@ -87,6 +87,7 @@ class ProcessState:
         created_group: whether this state initialised the default process group.
         deepspeed_plugin: the Accelerator's DeepSpeedPlugin (accelerate's
             ``accelerator.state.deepspeed_plugin``), else ``None``.
+        dynamo_plugin: the Accelerator's TorchDynamoPlugin (``accelerator.state.dynamo_plugin``).
 
     Example:
         >>> state = ProcessState.from_environment(cpu=True)
@@ -103,6 +104,7 @@ class ProcessState:
     distributed_type: DistributedType
     created_group: bool = False
     deepspeed_plugin: Any = None
+    dynamo_plugin: Any = None
 
     @classmethod
     def from_environment(

@@ -106,6 +106,19 @@ def test_config_default_then_launch_uses_the_written_file(script: Path, config: 
     assert "[rank 1] world=2 sum=3 args=[] mp=bf16" in done.stdout
 
 
+def test_dynamo_backend_reaches_the_scripts_accelerator(tmp_path: Path, config: Path) -> None:
+    script = tmp_path / "compiled.py"
+    script.write_text(
+        "from notebook_accel import Accelerator\n"
+        "print('backend', Accelerator().dynamo_plugin.backend.value)\n"
+    )
+    done = cli(
+        "launch", "--num_processes", "1", "--dynamo_backend", "INDUCTOR", str(script), config=config
+    )
+    assert done.returncode == 0, done.stderr
+    assert "backend INDUCTOR" in done.stdout
+
+
 def test_config_reset_deletes_the_file(config: Path) -> None:
     config.write_text(json.dumps({"seed": 3}))
     done = cli("config", "--reset", config=config)
@@ -159,6 +172,7 @@ def test_env_prints_versions_and_hardware(config: Path) -> None:
         (["launch", "--num_machines", "2", "SCRIPT"], "--main_process_port"),
         (["launch", "missing.py"], "script='missing.py'"),
         (["launch", "--timeout", "soon", "SCRIPT"], "--timeout"),
+        (["launch", "--dynamo_backend", "fast", "SCRIPT"], "--dynamo_backend"),
     ],
 )
 def test_bad_input_names_the_option(

@@ -65,6 +65,17 @@ def test_controls_offer_only_what_the_machine_has() -> None:
     assert panel.processes.max == 8 and panel.processes.value == 2
 
 
+def test_the_compile_dropdown_sets_the_launchs_dynamo_backend() -> None:
+    panel = LaunchPanel(square, machine=CPU2)
+    assert panel.compile.value == "no" and panel.launch_config.dynamo_backend == "no"
+    assert "inductor" in dict(panel.compile.options).values()
+    panel.compile.value = "inductor"
+    assert panel.launch_config.dynamo_backend == "inductor"
+    assert panel.launch_config.worker_options()["dynamo_backend"] == "inductor"
+    env.config_file().write_text(json.dumps({"dynamo_backend": "aot_eager"}))
+    assert LaunchPanel(square, machine=CPU2).compile.value == "aot_eager"  # the saved choice
+
+
 def test_launch_shows_results_ranks_and_saves_choices() -> None:
     panel = LaunchPanel(square, args=(7,), machine=CPU2)
     panel.seed.value = "3"

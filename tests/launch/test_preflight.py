@@ -49,6 +49,8 @@ def _has_cuda() -> bool:
         ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps", "an int >= 1"),
         ({"node_rank": 2, "num_nodes": 2, "master_port": 29500}, "node_rank", "[0, 1]"),
         ({"use_port": "http"}, "use_port", "a TCP port number"),
+        ({"dynamo_backend": "inductr"}, "dynamo_backend", "'inductor', 'aot_ts_nvfuser'"),
+        ({"dynamo_backend": "inductor", "fsdp": "full"}, "dynamo_backend", "'no' with FSDP"),
     ],
 )
 def test_bad_arguments_name_parameter_value_and_accepted(

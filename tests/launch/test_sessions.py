@@ -44,6 +44,7 @@ def _wait_for(path: Path, seconds: float = 60) -> None:
         ({"num_nodes": 2}, "num_nodes"),
         ({"max_restarts": 1}, "max_restarts"),
         ({"mixed_precision": "fp64"}, "mixed_precision"),
+        ({"dynamo_backend": "fastest"}, "dynamo_backend"),
     ],
 )
 def test_what_a_session_cannot_do_is_a_config_error_before_any_worker(

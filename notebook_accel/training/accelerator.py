@@ -284,6 +284,10 @@ class Accelerator:
     use_seedable_sampler = property(
         lambda self: self.dataloader_config.use_seedable_sampler, doc="Seed+epoch shuffles."
     )
+    use_stateful_dataloader = property(
+        lambda self: self.dataloader_config.use_stateful_dataloader,
+        doc="Loaders with StatefulDataLoader's state_dict (ours have it either way).",
+    )
 
     def _handler(self, kind: type[H]) -> H | None:
         """The ``kwargs_handlers`` entry of class ``kind``, if the user gave one."""
@@ -417,6 +421,7 @@ class Accelerator:
             else device_placement,
             config=config,
         )
+        shard.use_stateful_dataloader = config.use_stateful_dataloader
         if any(name != "generator" for name in self.rng_types):
             shard.synchronize_rng = functools.partial(synchronize_rng_states, self.rng_types)
         self._objects.loader.append(shard)

@@ -55,13 +55,17 @@ class DataLoaderShard:
     Iterating again after a complete pass starts the next epoch (after a loop that broke, the same
     epoch number again, as in accelerate); ``set_epoch`` picks the epoch number passed on to
     samplers and datasets that have ``set_epoch``. ``state_dict``/``load_state_dict`` carry the
-    epoch, the position in it and the epoch's random draws, for resuming mid-epoch.
+    epoch, the position in it and the epoch's random draws, for resuming mid-epoch (what
+    torchdata's ``StatefulDataLoader`` offers, which accelerate's
+    ``use_stateful_dataloader=True`` adds; here always).
 
     Example:
         >>> loader = accelerator.prepare(DataLoader(dataset, batch_size=8, shuffle=True))
         >>> for x, y in loader:  # this rank's batches, already on accelerator.device
         ...     pass
     """
+
+    use_stateful_dataloader = False  # DataLoaderConfiguration's flag, for accelerate's code
 
     def __init__(
         self,

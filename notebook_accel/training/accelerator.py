@@ -315,6 +315,10 @@ class Accelerator:
     use_seedable_sampler = property(
         lambda self: self.dataloader_config.use_seedable_sampler, doc="Seed+epoch shuffles."
     )
+    use_stateful_dataloader = property(
+        lambda self: self.dataloader_config.use_stateful_dataloader,
+        doc="Loaders with StatefulDataLoader's state_dict (ours have it either way).",
+    )
 
     @property
     def profile_handler(self) -> ProfileKwargs | None:
@@ -461,13 +465,10 @@ class Accelerator:
         self, loader: DataLoader[Any], device_placement: bool | None = None
     ) -> DataLoaderShard:
         config = self.dataloader_config
-        if self._shuffle_seed is None and config.use_seedable_sampler:
-            # Every rank must draw the same permutation: data_seed, the launch's seed, else
-            # rank 0's initial seed.
-            launch_seed = env.launch_option("seed")
-            seed = int(launch_seed) if launch_seed else torch.initial_seed()
-            if config.data_seed is not None:
-                seed = config.data_seed
+        if config.use_seedable_sampler:
+            # data_seed, else the initial seed now (accelerate's: the last set_seed, or the
+            # launch's seed), rank 0's for every rank so that they all draw one permutation.
+            seed = torch.initial_seed() if config.data_seed is None else config.data_seed
             self._shuffle_seed = int(collectives.broadcast_object_list([seed])[0])
         shard = shard_data_loader(
             loader,
@@ -479,6 +480,7 @@ class Accelerator:
             else device_placement,
             config=config,
         )
+        shard.use_stateful_dataloader = config.use_stateful_dataloader
         if any(name != "generator" for name in self.rng_types):
             shard.synchronize_rng = functools.partial(synchronize_rng_states, self.rng_types)
         self._objects.loader.append(shard)

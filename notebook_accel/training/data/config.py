@@ -33,8 +33,11 @@ class DataLoaderConfiguration:
             ``torch.initial_seed()``).
         non_blocking: move batches to the device with ``non_blocking=True`` (useful with
             ``pin_memory=True`` on CUDA).
-        use_stateful_dataloader: accepted for accelerate compatibility; only ``False``
-            (prepared loaders carry their position in ``state_dict`` already).
+        use_stateful_dataloader: prepared loaders with torchdata ``StatefulDataLoader``'s
+            ``state_dict()`` / ``load_state_dict()`` (resume mid-epoch from the dict). Ours
+            have them either way, without torchdata (they keep their epoch, position and
+            random draws); the flag is what ``Accelerator.use_stateful_dataloader`` and the
+            prepared loader's ``use_stateful_dataloader`` report.
     """
 
     split_batches: bool = False
@@ -46,7 +49,8 @@ class DataLoaderConfiguration:
     use_stateful_dataloader: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("split_batches", "even_batches", "use_seedable_sampler", "non_blocking"):
+        flags = ("split_batches", "even_batches", "use_seedable_sampler", "non_blocking")
+        for name in (*flags, "use_stateful_dataloader"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, getattr(self, name), "True or False")
         if self.dispatch_batches not in (None, True, False):
@@ -54,10 +58,3 @@ class DataLoaderConfiguration:
         seed = self.data_seed
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ConfigError("data_seed", seed, "an int or None")
-        if self.use_stateful_dataloader:
-            raise ConfigError(
-                "use_stateful_dataloader",
-                True,
-                "False",
-                "Prepared loaders save and restore their position with save_state already.",
-            )

@@ -1,10 +1,13 @@
 """IterableDataset loaders across processes, in accelerate's two ways.
 
-    dispatch (the default for an IterableDataset, as in accelerate):
-        rank 0 iterates the user's DataLoader; per round it takes W batches (1 batch with
-        split_batches), cuts the round into W equal pieces and scatters them; the other ranks
-        only receive. A short last round is cut evenly, completed from the stream's first
-        samples (gather_for_metrics drops those), or dropped with drop_last=True.
+    dispatch (the default for an IterableDataset, as in accelerate; a map-style dataset with
+    DataLoaderConfiguration(dispatch_batches=True) too):
+        rank 0 iterates a copy of the user's DataLoader without its ``generator``; per round it
+        takes W batches (1 batch with split_batches), cuts the round into W equal pieces and
+        scatters them; the other ranks only receive. A short last round is cut evenly,
+        completed from the stream's first samples (gather_for_metrics drops those), or dropped
+        with drop_last=True. Every rank draws the DataLoader's base seed from the global RNG at
+        each epoch's start, as accelerate's do (they all create the iterator).
     per rank (DataLoaderConfiguration(dispatch_batches=False)):
         every rank reads the whole stream through IterableShard, which keeps this rank's slice
         of each global batch, and batches it with the loader's own options.
@@ -25,7 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ..state import GradientState, ProcessState
 from .config import DataLoaderConfiguration
-from .loader import DataLoaderShard, rebuild
+from .loader import DataLoaderShard, iter_without_base_seed, rebuild
 from .randomness import EpochRandomness
 
 __all__ = ["IterableShard", "Dispatcher", "shard_iterable_loader"]
@@ -54,11 +57,11 @@ class IterableShard(IterableDataset[Any]):
         self.world, self.rank = world, rank
         self.split_batches = split_batches
         self.remainder = -1  # real elements in the last global batch, when it was completed
+        self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Pass the epoch on to the dataset, if it takes one."""
-        if hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(epoch)
+        """Number the next iteration (the prepared loader passes it to the dataset itself)."""
+        self.epoch = epoch
 
     def __len__(self) -> int:
         whole = self.batch_size if self.split_batches else self.batch_size * self.world
@@ -70,6 +73,9 @@ class IterableShard(IterableDataset[Any]):
         whole = self.batch_size if self.split_batches else self.batch_size * self.world
         per = whole // self.world
         mine = slice(self.rank * per, (self.rank + 1) * per)
+        generator = getattr(self.dataset, "generator", None)
+        if isinstance(generator, torch.Generator) and not hasattr(self.dataset, "set_epoch"):
+            generator.manual_seed(self.epoch)  # accelerate's IterableDatasetShard does this
         self.remainder = -1
         first: list[Any] | None = None
         current: list[Any] = []
@@ -126,15 +132,18 @@ def _slice(batch: Any, start: int, stop: int) -> Any:
 class Dispatcher:
     """Rank 0 reads the user's loader and sends every rank its piece of each round."""
 
-    def __init__(self, source: DataLoader[Any], state: ProcessState, split_batches: bool) -> None:
+    def __init__(
+        self, source: DataLoader[Any], state: ProcessState, split_batches: bool, drop_last: bool
+    ) -> None:
         self.source, self.state, self.split_batches = source, state, split_batches
+        self.drop_last = drop_last  # the user's loader's (its batch sampler drops by itself)
         self.remainder = -1
 
     def __len__(self) -> int:
         batches, world = len(self.source), self.state.world_size
         if self.split_batches:
             return batches
-        return batches // world if self.source.drop_last else math.ceil(batches / world)
+        return batches // world if self.drop_last else math.ceil(batches / world)
 
     def _round(self, iterator: Iterator[Any], size: list[int], first: list[Any]) -> Any:
         """Rank 0: this round's W pieces and the real sample count if it was completed."""
@@ -153,7 +162,7 @@ class Dispatcher:
             per = size[0] // world
             return [_slice(batches[0], k * per, (k + 1) * per) for k in range(world)], -1
         # The stream's short end: cut evenly, completing from the first round if needed.
-        if self.source.drop_last:
+        if self.drop_last:
             return None
         real = sum(lengths)
         per = math.ceil(real / world)
@@ -162,8 +171,20 @@ class Dispatcher:
         return pieces, (real if per * world > real else -1)
 
     def __iter__(self) -> Iterator[Any]:
+        return self._epoch(draw_base_seed=True)
+
+    def resumed_epoch(self) -> Iterator[Any]:
+        """An epoch resumed from a checkpoint: its base seed was drawn before the save."""
+        return self._epoch(draw_base_seed=False)
+
+    def _epoch(self, draw_base_seed: bool) -> Iterator[Any]:
         main = self.state.rank == 0
-        iterator = iter(self.source) if main else iter(())
+        iterator: Iterator[Any] = iter(())
+        if main:
+            iterator = iter(self.source) if draw_base_seed else iter_without_base_seed(self.source)
+        elif draw_base_seed:
+            # What creating the (unused) iterator of a generator-less DataLoader draws.
+            torch.empty((), dtype=torch.int64).random_()
         size: list[int] = []
         first: list[Any] = []
         self.remainder = -1
@@ -202,8 +223,14 @@ def shard_iterable_loader(
     generators: list[torch.Generator] = []
     loader: Any = source
     counter: Any = None
-    if state.world_size > 1 and dispatch:
-        loader = counter = Dispatcher(source, state, config.split_batches)
+    takers: list[Any] = []
+    if dispatch:
+        # accelerate's dispatching loader has no generator, on one process too.
+        loader = rebuild(
+            source, None, dataset=source.dataset, batch_size=batch_size, keep_generator=False
+        )
+        if state.world_size > 1:
+            loader = counter = Dispatcher(loader, state, config.split_batches, source.drop_last)
     elif state.world_size > 1:
         shard = IterableShard(
             source.dataset,
@@ -214,8 +241,9 @@ def shard_iterable_loader(
             config.split_batches,
         )
         per_rank = batch_size // state.world_size if config.split_batches and batch_size else None
-        loader = rebuild(source, None, dataset=shard, batch_size=per_rank or batch_size)  # type: ignore[arg-type]
+        loader = rebuild(source, None, dataset=shard, batch_size=per_rank or batch_size)
         counter = shard
+        takers.append(shard)
         generator = getattr(source.dataset, "generator", None)
         if isinstance(generator, torch.Generator):
             generators.append(generator)  # each rank reads the stream: it must be the same
@@ -232,4 +260,5 @@ def shard_iterable_loader(
         world=state.world_size,
         split_batches=config.split_batches,
         counter=counter,
+        takers=takers,
     )

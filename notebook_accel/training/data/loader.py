@@ -41,6 +41,7 @@ __all__ = [
     "ShardSampler",
     "DataLoaderShard",
     "rebuild",
+    "iter_without_base_seed",
     "skip_first_batches",
 ]
 
@@ -51,15 +52,20 @@ _END = object()
 class DataLoaderShard:
     """This process's view of a prepared DataLoader: its batches, on its device.
 
-    Iterating again starts the next epoch; ``set_epoch`` picks the epoch number passed on to
+    Iterating again after a complete pass starts the next epoch (after a loop that broke, the same
+    epoch number again, as in accelerate); ``set_epoch`` picks the epoch number passed on to
     samplers and datasets that have ``set_epoch``. ``state_dict``/``load_state_dict`` carry the
-    epoch, the position in it and the epoch's random draws, for resuming mid-epoch.
+    epoch, the position in it and the epoch's random draws, for resuming mid-epoch (what
+    torchdata's ``StatefulDataLoader`` offers, which accelerate's
+    ``use_stateful_dataloader=True`` adds; here always).
 
     Example:
         >>> loader = accelerator.prepare(DataLoader(dataset, batch_size=8, shuffle=True))
         >>> for x, y in loader:  # this rank's batches, already on accelerator.device
         ...     pass
     """
+
+    use_stateful_dataloader = False  # DataLoaderConfiguration's flag, for accelerate's code
 
     def __init__(
         self,
@@ -74,11 +80,13 @@ class DataLoaderShard:
         world: int = 1,
         split_batches: bool = False,
         counter: Any = None,
+        takers: list[Any] | None = None,
     ) -> None:
         self._loader, self._source, self._sampler = loader, source, sampler
         # What knows the last round's real sample count (``remainder``) once it was planned.
         self._counter = sampler if sampler is not None else counter
         self._randomness = randomness
+        self._takers = takers or []  # more objects whose set_epoch gets the epoch
         self.seed = seed  # of use_seedable_sampler
         self.device = device if device is not None and device.type != "cpu" else None
         self.gradients = gradients
@@ -86,7 +94,9 @@ class DataLoaderShard:
         self._world, self._split = world, split_batches
         self.epoch = 0
         self.position = 0  # batches this rank has yielded in ``epoch``
-        self._iterated = False
+        # Whether the last iteration ran to its end: only then is the next one a new epoch
+        # (accelerate's ``iteration``; a loop that breaks keeps the epoch's number).
+        self._finished = False
         self._resume: tuple[int, int, dict[str, Any] | None] | None = None
         # Accelerator(rng_types=["torch", ...]): makes every rank's generators equal to rank 0's
         # at the start of each iteration, as accelerate does.
@@ -129,9 +139,9 @@ class DataLoaderShard:
         self._resume = (epoch, 0, None)
 
     def _begin(self) -> tuple[dict[str, Any] | None, int]:
-        fresh = (self.epoch + (1 if self._iterated else 0), 0, None)
+        fresh = (self.epoch + (1 if self._finished else 0), 0, None)
         epoch, skip, replay = self._resume or fresh
-        self._resume, self._iterated = None, True
+        self._resume, self._finished = None, False
         self.epoch, self.position = epoch, skip
         for target in self._epoch_takers():
             target.set_epoch(epoch)
@@ -142,23 +152,20 @@ class DataLoaderShard:
 
     def _epoch_takers(self) -> list[Any]:
         """The samplers and dataset that have ``set_epoch``, ours included."""
-        targets: list[Any] = [self._source.dataset, *samplers_of(self._source)]
+        targets: list[Any] = [self._source.dataset, *samplers_of(self._source), *self._takers]
         if self._sampler is not None:
             targets.append(getattr(self._sampler.batches, "sampler", None))
         return list({id(t): t for t in targets if hasattr(t, "set_epoch")}.values())
 
     def _start(self, replay: dict[str, Any] | None) -> Iterator[Any]:
         self._randomness.begin_epoch(replay)
-        loader = self._loader
-        if replay is None or not isinstance(loader, DataLoader) or loader.generator is not None:
-            return iter(loader)
         # A resumed epoch must not draw the workers' base seed from the global RNG again
         # (the uninterrupted run drew it at the epoch's start, before the checkpoint).
-        loader.generator = torch.Generator()
-        try:
-            return iter(loader)
-        finally:
-            loader.generator = None
+        if replay is None:
+            return iter(self._loader)
+        if isinstance(self._loader, DataLoader):
+            return iter_without_base_seed(self._loader)
+        return self._loader.resumed_epoch()
 
     def __iter__(self) -> Iterator[Any]:
         if self.synchronize_rng is not None:
@@ -186,6 +193,7 @@ class DataLoaderShard:
                 self.position += 1
                 yield current if self.device is None else self._to_device(current)
                 current = upcoming
+            self._finished = True
         finally:
             gradients.end_of_dataloader, gradients.remainder = saved
 
@@ -201,6 +209,7 @@ class DataLoaderShard:
             "seed": self.seed,
             "seeds": list(self._randomness.seeds),
             "generator_states": list(self._randomness.states),
+            "generator_states_now": self._randomness.current_states(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -216,9 +225,19 @@ class DataLoaderShard:
         }
         if position == 0:
             replay = None  # saved before the epoch drew anything: draw afresh, as it would
-        elif self._sampler is not None and position >= len(self._sampler):
+        elif position >= self._length():
             epoch, position, replay = epoch + 1, 0, None
+        # Where the generators were at the save (a next epoch goes on from there; a resumed
+        # one replays its start's states instead).
+        self._randomness.restore_current(list(state.get("generator_states_now", [])))
         self._resume = (epoch, position, replay)
+
+    def _length(self) -> float:
+        """This rank's batches per epoch (infinite when the loader cannot tell)."""
+        try:
+            return len(self._sampler if self._sampler is not None else self._loader)
+        except TypeError:
+            return float("inf")
 
     def skip_first_batches(self, num_batches: int) -> _SkippedLoader:
         """A view whose next iteration starts ``num_batches`` into the coming epoch."""
@@ -248,7 +267,7 @@ class _SkippedLoader:
         if shard._resume is not None:
             epoch, _, replay = shard._resume
         else:
-            epoch, replay = shard.epoch + (1 if shard._iterated else 0), None
+            epoch, replay = shard.epoch + (1 if shard._finished else 0), None
         shard._resume = (epoch, self.num_batches, replay if self.num_batches else None)
         yield from shard
 
@@ -302,14 +321,30 @@ class _IterSkip:
         return max(len(self.loader) - self.skip, 0)
 
 
+def iter_without_base_seed(loader: DataLoader[Any]) -> Iterator[Any]:
+    """``iter(loader)`` without the base-seed draw from the global RNG (a resumed epoch)."""
+    if loader.generator is not None:
+        return iter(loader)
+    loader.generator = torch.Generator()
+    try:
+        return iter(loader)
+    finally:
+        loader.generator = None
+
+
 def rebuild(
     source: DataLoader[Any],
-    batch_sampler: Sampler[list[int]],
+    batch_sampler: Sampler[list[int]] | None,
     sampler_is_batch_sampler: bool = False,
     dataset: Any = None,
     batch_size: int | None = None,
+    keep_generator: bool = True,
 ) -> DataLoader[Any]:
-    """A DataLoader like ``source`` (workers, collate, generator...) over other batches."""
+    """A DataLoader like ``source`` (workers, collate, generator...) over other batches.
+
+    ``keep_generator=False`` leaves out the loader's ``generator`` (a dispatching loader's base
+    seed comes from the global RNG, as accelerate's does).
+    """
     extra: dict[str, Any] = {}
     if source.num_workers > 0:
         extra = {
@@ -323,7 +358,7 @@ def rebuild(
         "timeout": source.timeout,
         "worker_init_fn": source.worker_init_fn,
         "multiprocessing_context": source.multiprocessing_context,
-        "generator": source.generator,
+        "generator": source.generator if keep_generator else None,
         **extra,
     }
     if hasattr(source, "in_order"):  # torch >= 2.6

@@ -2,9 +2,12 @@
 
 shard_data_loader(loader, state, ...)
   IterableDataset -> iterable.py (main-process dispatch, or a per-rank IterableShard)
+  dispatch_batches=True -> the main process reads the loader's (seedable) batches and
+                     iterable.py's Dispatcher sends each rank its piece
   else            -> rounds.py's ShardSampler over the loader's (seedable) batches,
-                     randomness.py's epoch draws, loader.py's rebuilt DataLoader inside a
-                     DataLoaderShard
+                     randomness.py's epoch draws (on several processes, a generator-less
+                     sampler is seeded here, at prepare, as accelerate does), loader.py's
+                     rebuilt DataLoader inside a DataLoaderShard
 """
 
 from __future__ import annotations
@@ -16,9 +19,15 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 from ...errors import ConfigError
 from ..state import GradientState, ProcessState
 from .config import DataLoaderConfiguration
-from .iterable import shard_iterable_loader
+from .iterable import Dispatcher, shard_iterable_loader
 from .loader import DataLoaderShard, rebuild
-from .randomness import SeedableRandomSampler, epoch_randomness, samplers_of
+from .randomness import (
+    SeedableRandomSampler,
+    epoch_randomness,
+    main_sampler,
+    samplers_of,
+    seed_at_prepare,
+)
 from .rounds import ShardSampler
 
 __all__ = ["shard_data_loader"]
@@ -83,7 +92,13 @@ def shard_data_loader(
         )
         batches = BatchSampler(seedable, batch_size or 1, drop_last)
         samplers = [seedable]
-    randomness = epoch_randomness(source, samplers, state)
+    if config.dispatch_batches:
+        reader = ShardSampler(batches, 1, 0, batch_size, False, False, drop_last)
+        base = rebuild(source, reader, sampler_is_batch_sampler, keep_generator=False)
+        return _dispatched(base, source, state, gradients, config, device, samplers, seed)
+    if state.world_size > 1 and not config.use_seedable_sampler:
+        seed_at_prepare(main_sampler(source))
+    randomness = epoch_randomness(source, samplers, state.world_size)
     shards = ShardSampler(
         batches,
         state.world_size,
@@ -106,4 +121,43 @@ def shard_data_loader(
         non_blocking=config.non_blocking,
         world=state.world_size,
         split_batches=config.split_batches,
+    )
+
+
+def _dispatched(
+    base: DataLoader[Any],
+    source: DataLoader[Any],
+    state: ProcessState,
+    gradients: GradientState,
+    config: DataLoaderConfiguration,
+    device: Any,
+    samplers: list[Any],
+    seed: int,
+) -> DataLoaderShard:
+    """A map-style loader that the main process reads and dispatches (accelerate's way).
+
+    ``base`` reads the user's (seedable) batches through a one-process ShardSampler, without
+    the loader's ``generator`` (every rank's base seed comes from the global RNG). As in
+    accelerate, the samplers are left alone: only the main process reads them, so a
+    generator-less shuffle draws from its global RNG at each epoch's first batch. The last
+    short round is cut evenly, whatever ``even_batches`` says.
+    """
+    reader: ShardSampler = base.batch_sampler or base.sampler  # type: ignore[assignment]
+    if state.rank == 0:
+        reader.randomness = epoch_randomness(source, samplers, 1, loader_generator=False)
+    one = state.world_size == 1
+    loader = base if one else Dispatcher(base, state, config.split_batches, source.drop_last)
+    return DataLoaderShard(
+        loader,
+        source,
+        reader if one else None,
+        reader.randomness,
+        seed,
+        device,
+        gradients,
+        non_blocking=config.non_blocking,
+        world=state.world_size,
+        split_batches=config.split_batches,
+        counter=None if one else loader,
+        takers=[] if one else [getattr(reader.batches, "sampler", None)],
     )

@@ -42,14 +42,14 @@ def prepared(**kwargs: Any) -> tuple[Any, ...]:
     return (acc, *acc.prepare(model, opt, loader, sched))
 
 
-def _run(folder: str, resume: bool) -> dict:
-    """10 steps, saving after step 5; or load that checkpoint and do steps 6 to 10."""
+def _run(folder: str, resume: bool, save_at: int = 5) -> dict:
+    """10 steps, saving after step ``save_at``; or load that checkpoint and do the rest."""
     acc, model, opt, loader, sched = prepared()
     if resume:
         assert len(loader) == 3  # len() before load_state must not pin a stale order
         acc.load_state(folder)
     step, seen, noise = acc.step, [], []
-    while step < 10:  # 3 steps per epoch on 2 ranks: step 5 is in the middle of epoch 2
+    while step < 10:
         for x, y, idx in loader:
             acc.backward(F.mse_loss(model(x), y))
             opt.step()
@@ -58,7 +58,7 @@ def _run(folder: str, resume: bool) -> dict:
             step += 1
             seen.append(acc.gather(idx).tolist())
             noise.append(torch.rand(1).item())
-            if step == 5 and not resume:
+            if step == save_at and not resume:
                 acc.save_state(folder)
             if step == 10:
                 break
@@ -66,13 +66,16 @@ def _run(folder: str, resume: bool) -> dict:
     return {"weights": weights, "seen": seen, "noise": noise, "lr": sched.get_last_lr()}
 
 
-def test_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
+# 3 steps per epoch on 2 ranks: step 5 is in the middle of epoch 2, step 3 ends epoch 1 (the
+# shuffle's generator, seeded at prepare, must go on from where epoch 1 left it).
+@pytest.mark.parametrize("save_at", [5, 3])
+def test_resume_equals_uninterrupted_run(tmp_path: Path, save_at: int) -> None:
     folder = str(tmp_path / "ckpt")
-    full = debug_launcher(_run, args=(folder, False), num_processes=2)
-    resumed = debug_launcher(_run, args=(folder, True), num_processes=2)
+    full = debug_launcher(_run, args=(folder, False, save_at), num_processes=2)
+    resumed = debug_launcher(_run, args=(folder, True, save_at), num_processes=2)
     for whole, second in zip(full, resumed, strict=True):
-        assert second["seen"] == whole["seen"][5:]  # same data order, mid-epoch included
-        assert second["noise"] == whole["noise"][5:]  # every rank's RNG continued
+        assert second["seen"] == whole["seen"][save_at:]  # same data order, mid-epoch included
+        assert second["noise"] == whole["noise"][save_at:]  # every rank's RNG continued
         assert second["lr"] == whole["lr"]
         for a, b in zip(whole["weights"], second["weights"], strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=0)

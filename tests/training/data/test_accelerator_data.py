@@ -62,25 +62,34 @@ def make_model() -> torch.nn.Module:
 
 
 def train(kind: str, batch: int, prepared: bool, split: bool = False) -> dict:
-    """3 epochs of SGD; the seed is set *after* prepare, as accelerate's training check does."""
+    """3 epochs of SGD, seeded before ``prepare`` (accelerate's order)."""
     acc = None
     generator = torch.Generator() if kind == "generator" else None
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = make_loader(kind, batch, generator)
     if prepared:
         from notebook_accel.seeding import set_seed
         from notebook_accel.training.accelerator import Accelerator
 
         acc = Accelerator(split_batches=split)
-        model, opt, loader = acc.prepare(model, opt, loader)
         # Ranks start from different global RNG states: the shuffle must still agree (rank 0's
         # draws, which are those of a one-process run seeded the same).
         set_seed(42, device_specific=True)
+        if generator is not None:
+            generator.manual_seed(42)
+        loader = make_loader(kind, batch, generator)
+        model, opt, loader = acc.prepare(model, opt, loader)
     else:
         torch.manual_seed(42)
-    if generator is not None:
-        generator.manual_seed(42)
+        if generator is not None:
+            generator.manual_seed(42)
+        loader = make_loader(kind, batch, generator)
+        # What accelerate's prepare does on several processes: a generator-less sampler gets
+        # a generator seeded by one draw from the global RNG, kept across epochs.
+        holder = loader.sampler if kind == "sampler_is_batch_sampler" else loader.batch_sampler
+        if holder.sampler.generator is None:
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            holder.sampler.generator = torch.Generator().manual_seed(seed)
     seen = []
     for _ in range(3):
         for x, y, idx in loader:
@@ -118,12 +127,14 @@ def test_two_processes_equal_one_process_with_the_same_seed() -> None:
                 torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
-def _resume(folder: str) -> dict:
+def _resume(folder: str, dispatch: bool) -> dict:
     from notebook_accel.seeding import set_seed
     from notebook_accel.training.accelerator import Accelerator
+    from notebook_accel.training.data.config import DataLoaderConfiguration
 
     def setup(seed: int) -> tuple[Any, Any]:
-        acc = Accelerator()
+        config = DataLoaderConfiguration(dispatch_batches=dispatch or None)
+        acc = Accelerator(dataloader_config=config)
         set_seed(seed)
         loader = acc.prepare(
             DataLoader(TensorDataset(torch.arange(24)), batch_size=2, shuffle=True)
@@ -149,11 +160,17 @@ def _resume(folder: str) -> dict:
     return {"first": first, "resumed": resumed, "skipped": skipped, "next": next_epoch}
 
 
+def _resumes(folder: str) -> dict:
+    # dispatch: the main process reads (and draws the shuffle's seed for) every rank
+    return {d: _resume(f"{folder}{d}", d) for d in (False, True)}
+
+
 def test_resume_after_len_follows_the_saved_order(tmp_path: Path) -> None:
-    for r in debug_launcher(_resume, args=(str(tmp_path / "ckpt"),), num_processes=2):
-        assert r["resumed"] == r["first"][2:]
-        assert r["skipped"] == r["first"][2:]
-        assert len(r["next"]) == 6 and r["next"] != r["first"]  # then a new epoch
+    for both in debug_launcher(_resumes, args=(str(tmp_path / "ckpt"),), num_processes=2):
+        for r in both.values():
+            assert r["resumed"] == r["first"][2:]
+            assert r["skipped"] == r["first"][2:]
+            assert len(r["next"]) == 6 and r["next"] != r["first"]  # then a new epoch
 
 
 def _loop_state() -> dict:

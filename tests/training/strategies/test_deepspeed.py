@@ -373,7 +373,7 @@ def main():
     y = x @ torch.randn(6, 3)
     loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    first = last = None
+    losses = [[], []]
     for epoch in range(2):
         for xb, yb in loader:
             with accelerator.accumulate(model):
@@ -381,10 +381,10 @@ def main():
                 accelerator.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
-            first = first if first is not None else loss.item()
-            last = loss.item()
+            losses[epoch].append(loss.item())
     accelerator.wait_for_everyone()
-    return first, last
+    # per epoch: a single batch's loss depends on which samples the shuffle put there
+    return sum(losses[0]) / len(losses[0]), sum(losses[1]) / len(losses[1])
 """
 
 

@@ -292,7 +292,8 @@ def _hybrid_and_bf16_runs() -> dict[str, Any]:
             opt.step()
             opt.zero_grad()
             losses.append(acc.gather(loss.detach()[None]).mean().item())
-    out["bf16_losses"] = [losses[0], losses[-1]]
+    # per epoch (4 steps): a single batch's loss depends on which samples the shuffle put there
+    out["bf16_losses"] = [sum(losses[:4]) / 4, sum(losses[-4:]) / 4]
     return out
 
 
@@ -301,7 +302,7 @@ def test_hybrid_on_four_processes_and_bf16() -> None:
     for result in ranks:
         _close(result["hybrid"]["weights"], result["ddp"]["weights"])
         first, last = result["bf16_losses"]
-        assert last < 0.8 * first  # 12 steps of bf16 training lower the loss
+        assert last < 0.8 * first, (first, last)  # 12 steps of bf16 training lower the loss
     # Sharded within pairs, replicated across them: each rank holds about half.
     share = ranks[0]["hybrid"]["local_params"] / ranks[0]["hybrid"]["total_params"]
     assert 0.4 < share < 0.6

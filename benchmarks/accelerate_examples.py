@@ -107,6 +107,7 @@ RESUMED = "checkpointing (resumed from epoch_0)"
 # notebook_launcher(deepspeed={"hf_ds_config": file}).
 ZERO2 = "deepspeed_with_config_support (ZeRO-2 config)"
 ZERO2_TEMPLATE = "deepspeed_config_templates/zero_stage2_config.json"
+ZERO2_ARGS = ["--num_warmup_steps", "2"]
 FRAMEWORKS = ("accelerate", "ours")
 
 _IMPORT = re.compile(r"^(\s*)(from|import)\s+accelerate\b", re.MULTILINE)
@@ -259,6 +260,12 @@ def run_one(
     relative = EXAMPLES[name.split(" ")[0]][0]
     env = _environment(work / "scripts", work)
     deepspeed: list[str] = []
+    if framework == "accelerate" and name == "deepspeed_with_config_support":
+        # Its Accelerator() has no cpu= (nor a --cpu option): without ACCELERATE_USE_CPU,
+        # accelerate's notebook_launcher on a CPU machine starts 2 processes that each train
+        # alone (its log: "Total train batch size = 2", twice). Ours needs no such variable.
+        # Not for the ZeRO-2 row: with it, accelerate leaves DeepSpeed off (plain DDP).
+        env["ACCELERATE_USE_CPU"] = "yes"
     if name == ZERO2:
         settings = json.loads((examples / ZERO2_TEMPLATE).read_text())
         settings["fp16"]["enabled"] = False
@@ -407,7 +414,8 @@ def _plan(only: list[str]) -> list[tuple[str, list[str]]]:
         resumed = ["--checkpointing_steps", "epoch", "--output_dir", "{work}/ckpt"]
         plan.append((RESUMED, [*resumed, "--resume_from_checkpoint", "{first}/ckpt/epoch_0"]))
     if "deepspeed_with_config_support" in names:
-        plan.append((ZERO2, EXAMPLES["deepspeed_with_config_support"][1]))
+        # DeepSpeed's WarmupDecayLR refuses the example's default of 0 warmup steps.
+        plan.append((ZERO2, [*EXAMPLES["deepspeed_with_config_support"][1], *ZERO2_ARGS]))
     return plan
 
 

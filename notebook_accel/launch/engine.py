@@ -27,6 +27,7 @@ import pickle
 import selectors
 import signal
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -44,7 +45,7 @@ from .outcome import is_collateral, rebuild
 from .payload import Payload
 from .transport import unpack
 
-__all__ = ["Engine", "Layout", "context", "warm_up"]
+__all__ = ["Engine", "Layout", "context", "warm_up", "warm_up_early"]
 
 _PRELOAD = [
     "torch",
@@ -87,6 +88,37 @@ def warm_up(method: str = "auto") -> None:
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+
+
+_early: threading.Thread | None = None
+_early_lock = threading.Lock()
+
+
+def warm_up_early() -> threading.Thread | None:
+    """Start the forkserver from a background thread, once: the launcher was just imported.
+
+    The forkserver is a fresh interpreter that imports torch and the worker's modules (the
+    2-4 s a first launch would otherwise wait for) while the notebook goes on; nothing is
+    printed, and it ends with this process (its lifeline pipe closes). Not in a worker (a
+    function that imports the launcher), and not with ``NOTEBOOK_ACCEL_NO_WARMUP=1``.
+    Returns the thread that starts it (None when nothing was started).
+    """
+    global _early
+    if env.warmup_disabled() or env.get("RANK") is not None:
+        return None
+    with _early_lock:
+        if _early is not None:
+            return _early
+        if "forkserver" not in multiprocessing.get_all_start_methods():
+            return None
+
+        def start() -> None:
+            with contextlib.suppress(Exception):  # the first launch starts it (and says why)
+                warm_up("forkserver")
+
+        _early = threading.Thread(target=start, name="notebook-accel-warm-up", daemon=True)
+        _early.start()
+        return _early
 
 
 @contextlib.contextmanager

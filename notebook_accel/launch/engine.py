@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import multiprocessing
 import os
 import pickle
@@ -41,7 +42,7 @@ from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from multiprocessing.context import set_spawning_popen
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import env
 from ..errors import LaunchTimeoutError, WorkerDiedError
@@ -103,14 +104,18 @@ _early_lock = threading.Lock()
 
 
 def warm_up_early() -> threading.Thread | None:
-    """Start the forkserver from a background thread, once: the launcher was just imported.
+    """Get the forkserver ready before the first launch, once: the launcher was just imported.
 
-    The forkserver is a fresh interpreter that imports torch and the worker's modules (the
-    2-4 s a first launch would otherwise wait for) while the notebook goes on, then forks two
-    idle workers (IdlePool); nothing is printed, and they end with this process (their
-    pipes close). Not in a worker (a
-    function that imports the launcher), and not with ``NOTEBOOK_ACCEL_NO_WARMUP=1``.
-    Returns the thread that starts it (None when nothing was started).
+    Where this process imported torch already and has not initialised CUDA (nor torch_xla),
+    and runs on the main thread of a notebook (``__main__`` without a file) on Linux, the
+    forkserver is a zygote: a fork of this process (``_start_zygote``: torch is there at
+    once). Elsewhere, or with CUDA in use here (a fork could not use it), it is a fresh
+    interpreter started from a background thread, which imports torch and the worker's
+    modules (the 2-4 s a first launch would otherwise wait for) while the notebook goes on.
+    Either way two idle workers follow (IdlePool); nothing is printed, and they all end
+    with this process (their pipes close). Not in a worker (a function that imports the
+    launcher), and not with ``NOTEBOOK_ACCEL_NO_WARMUP=1``. Returns the background thread
+    (None when nothing was started).
     """
     global _early
     if env.warmup_disabled() or env.get("RANK") is not None:
@@ -120,6 +125,9 @@ def warm_up_early() -> threading.Thread | None:
             return _early
         if "forkserver" not in multiprocessing.get_all_start_methods():
             return None
+        if _zygote_allowed():
+            with contextlib.suppress(OSError):
+                _start_zygote()
 
         def start() -> None:
             with contextlib.suppress(Exception):  # the first launch starts it (and says why)
@@ -131,6 +139,101 @@ def warm_up_early() -> threading.Thread | None:
         _early = threading.Thread(target=start, name="notebook-accel-warm-up", daemon=True)
         _early.start()
         return _early
+
+
+def _cuda_initialised() -> bool:
+    """CUDA (or torch_xla) in use in this process: its forks could not use the device."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    in_use = bool(cuda is not None and cuda.is_initialized())
+    return in_use or "torch_xla" in sys.modules
+
+
+def _zygote_allowed() -> bool:
+    return (
+        sys.platform.startswith("linux")
+        and "torch" in sys.modules
+        and not _cuda_initialised()
+        and not _main_has_file()
+        and threading.current_thread() is threading.main_thread()
+    )
+
+
+def _start_zygote() -> None:
+    """Fork this process as the forkserver (multiprocessing's, its bookkeeping as its own
+    start would leave it): it has torch imported already, so it serves at once."""
+    from multiprocessing import connection, forkserver, resource_tracker, util
+
+    server: Any = forkserver._forkserver
+    with server._lock:
+        if server._forkserver_pid is not None:
+            return
+        resource_tracker.ensure_running()
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        listener = socket.socket(socket.AF_UNIX)
+        try:
+            listener.bind(address)
+            if not util.is_abstract_socket_namespace(address):
+                os.chmod(address, 0o600)
+            listener.listen()
+            alive_r, alive_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                _zygote(listener.fileno(), alive_r, alive_w)
+            os.close(alive_r)
+        finally:
+            listener.close()
+        server._forkserver_address = address
+        server._forkserver_alive_fd = alive_w
+        server._forkserver_pid = pid
+
+
+def _as_a_fresh_interpreter() -> None:
+    """Undo in the zygote what a kernel installed in its interpreter, so that its workers
+    start as a fresh forkserver's do: the hooks, the running event loop, IPython's shell."""
+    sys.displayhook = sys.__displayhook__  # a session cell's last value goes through it
+    sys.excepthook = sys.__excepthook__
+    sys.breakpointhook = sys.__breakpointhook__
+    sys.unraisablehook = sys.__unraisablehook__
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None:  # the kernel's event loop is running this cell: not here
+        asyncio.events._set_running_loop(None)
+        asyncio.set_event_loop_policy(None)
+    if "IPython" in sys.modules:  # get_ipython() is None in a worker (tqdm.auto, ...)
+        import builtins
+
+        with contextlib.suppress(Exception):
+            from IPython.core.interactiveshell import InteractiveShell
+
+            InteractiveShell.clear_instance()
+        for name in ("get_ipython", "display", "__IPYTHON__"):
+            builtins.__dict__.pop(name, None)
+
+
+def _zygote(listener: int, alive_r: int, alive_w: int) -> NoReturn:
+    """The forked child: nothing of the notebook's but its memory, then forkserver.main."""
+    try:
+        # The notebook's objects are never collected here: a socket's finalizer would close
+        # an fd number that is someone else's now.
+        gc.freeze()
+        os.close(alive_w)
+        keep = {0, 1, 2, listener, alive_r}
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(int(name))  # the kernel's sockets, pipes and files
+        # The notebook's streams relay through threads that do not exist here.
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _as_a_fresh_interpreter()
+        from multiprocessing import forkserver
+
+        forkserver.main(listener, alive_r, _PRELOAD)
+    finally:
+        os._exit(0)
 
 
 class _Handover:
@@ -212,7 +315,7 @@ class IdlePool:
     def _fill(self, ctx: multiprocessing.context.BaseContext, size: int) -> None:
         while True:
             with self._lock:
-                if len(self._ready) >= size:
+                if self._closed or len(self._ready) >= size:
                     return
             theirs, ours = ctx.Pipe(duplex=True)
             # Daemonic while idle: an interpreter's exit ends it without waiting (a worker
@@ -247,10 +350,14 @@ class IdlePool:
             return {p.pid for p, _ in self._ready if p.pid is not None}
 
     def close(self) -> None:
-        """End every idle worker (EOF on its control pipe) and wait for it (not for a fill
-        under way: what it forks later ends at the EOF this process's exit gives)."""
+        """End every idle worker (EOF on its control pipe) and wait for it. A fill under way
+        gets half a second to finish the start it is in (a start cut off half-way would have the
+        child print a traceback); a forkserver still importing torch is not waited for: what
+        it forks later ends at the EOF this process's exit gives."""
         with self._lock:
             self._closed = True
+        self.settle(timeout=0.5)
+        with self._lock:
             ready, self._ready = self._ready, []
         for _, control in ready:
             control.close()

@@ -9,17 +9,21 @@ function reads one element of what it captured: a 1 GiB tensor, a 1 GiB numpy ar
 - extra memory at the peak of those two launches, over the notebook before them: the
   proportional set size (PSS) of the notebook, its workers (and our forkserver), shared
   memory excluded, plus the shared-memory segments the notebook holds, counted once;
-- a 1 GiB tensor returned by rank 0 (accelerate's launcher returns nothing: n/a);
+- a 1 GiB tensor returned by rank 0, made there with ``torch.full`` (accelerate's launcher
+  returns nothing: n/a), timed from the call to the result, and the ``torch.full`` alone;
 - a launch with no large data (init_process_group + all_reduce, median of 10 warm);
 - for scale, ``clone()`` of a 1 GiB tensor: this machine's speed of copying memory into
   fresh pages, which bounds a first launch (one such copy) and a result (one more).
 
     python benchmarks/payload_memory.py            # needs `pip install accelerate`, ~8 GiB
+    python benchmarks/payload_memory.py --result   # the 1 GiB return alone
 """
 
 from __future__ import annotations
 
 import json
+import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +53,9 @@ def read():
 
 def give():
     if os.environ["RANK"] == "0":
-        return torch.ones(256, 1024, 1024)
+        start = time.perf_counter()
+        value = torch.full((256, 1024, 1024), 1.0)  # made in the worker
+        return value, time.perf_counter() - start
     return None
 
 def tiny():
@@ -151,7 +157,8 @@ elif kind == "result":
     out["result"], values = timed(give)
     out["peak"] = peak.stop()
     if which == "ours":
-        assert values[0].shape == (256, 1024, 1024) and values[0][5, 5, 5].item() == 1.0
+        tensor, out["full"] = values[0]
+        assert tensor.shape == (256, 1024, 1024) and tensor[5, 5, 5].item() == 1.0
 else:
     peak = Peak()
     out["first"], _ = timed(read)
@@ -178,7 +185,20 @@ def _cell(value: float | None, unit: str) -> str:
     return "n/a" if value is None else f"{value:.2f} {unit}"
 
 
+def result_only() -> None:
+    """``--result``: the 1 GiB return alone, median of 3 fresh processes."""
+    runs = [measure("ours", "result", 2) for _ in range(3)]
+    total = statistics.median(r["result"] for r in runs)
+    full = statistics.median(r["full"] for r in runs)
+    load = os.getloadavg()[0]
+    print(f"1 GiB tensor returned by rank 0 (torch.full in the worker), load {load:.1f}:")
+    print(f"  from the call to the result {total:.2f} s (target <= 1.0 s); torch.full {full:.2f} s")
+
+
 def main() -> None:
+    if "--result" in sys.argv[1:]:
+        result_only()
+        return
     rows: list[tuple[str, str, str]] = []
     for kind, label in (
         ("tensor", "1 GiB tensor"),
@@ -207,6 +227,7 @@ def main() -> None:
                 )
     result = measure("ours", "result", 2)
     rows.append(("1 GiB tensor returned by rank 0", _cell(result["result"], "s"), "n/a"))
+    rows.append(("  of which torch.full in the worker", _cell(result["full"], "s"), "n/a"))
     rows.append(("  its extra peak memory", _cell(result["peak"], "GiB"), "n/a"))
     tiny_ours = measure("ours", "none", 2)["warm"]
     try:

@@ -1,7 +1,9 @@
 """notebook_accel: multi-process PyTorch training from one notebook cell.
 
 Importing the package has no side effects and does not import torch; the public names are
-loaded on first use.
+loaded on first use. The first use of ``notebook_launcher``, ``debug_launcher`` or
+``Workers`` starts the launcher's forkserver in the background (it imports torch for the
+workers while the notebook goes on); ``NOTEBOOK_ACCEL_NO_WARMUP=1`` turns that off.
 
 Example:
     >>> from notebook_accel import notebook_launcher
@@ -71,6 +73,11 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS) + ["__version__", "load_ipython_extension"]
 
+# Names whose first use starts the launcher's forkserver in the background, so that its
+# import of torch overlaps the notebook's work (launch/engine.py, warm_up_early;
+# NOTEBOOK_ACCEL_NO_WARMUP=1 turns it off).
+_WARMS_UP = frozenset({"notebook_launcher", "debug_launcher", "Workers"})
+
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext notebook_accel``: the ``%%distributed`` cell magic (faces/magic.py).
@@ -86,6 +93,8 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'notebook_accel' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
+    if name in _WARMS_UP:
+        importlib.import_module("notebook_accel.launch.engine").warm_up_early()
     return value
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "SECRET_VARIABLE",
     "STORE_VARIABLE",
     "STORE_KEY_VARIABLE",
+    "NO_WARMUP_VARIABLE",
+    "warmup_disabled",
     "launch_variables",
     "loopback_interface",
     "slurm_tasks_on_node",
@@ -211,6 +213,15 @@ def read_distributed() -> DistributedEnv:
 def launch_option(name: str) -> str | None:
     """A launch choice passed to the workers, e.g. ``launch_option("mixed_precision")``."""
     return os.environ.get(_PREFIX + name.upper())
+
+
+# Set (1, true, yes) to keep the launcher's forkserver from starting before the first launch.
+NO_WARMUP_VARIABLE = _PREFIX + "NO_WARMUP"
+
+
+def warmup_disabled() -> bool:
+    """``NOTEBOOK_ACCEL_NO_WARMUP`` asks the launcher not to start its forkserver early."""
+    return os.environ.get(NO_WARMUP_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def get(name: str, default: str | None = None) -> str | None:

@@ -4,7 +4,9 @@ parent (notebook kernel)                         forkserver (imported torch once
 ------------------------                         ---------------------------------
 the launch's private store     <--- every rank's env:// (rendezvous.py, worker_store.py)
 per rank: message pipe, stdout pipe, stderr pipe, lifeline pipe
-Process(target=worker.main).start()  -------->   fork -> worker.main(rank ...)
+a pre-forked idle worker: its fds + pickle ->   (forked after the last launch) worker.idle
+                                                 -> worker.main(rank ...)
+or Process(target=worker.main).start()  ----->   fork -> worker.main(rank ...)
 loop over selectors:
   stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
   Progress              -> display.progress
@@ -15,25 +17,32 @@ loop over selectors:
   deadline              -> LaunchTimeoutError
   KeyboardInterrupt     -> stop everyone, re-raise
 finally: SIGTERM -> grace -> SIGKILL to each worker's process group; close every fd and
-         the store, so nothing outlives the call.
+         the store, so nothing outlives the call; then (a background thread) idle workers
+         forked for the next launch (IdlePool).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import multiprocessing
 import os
 import pickle
 import selectors
 import signal
+import socket
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from multiprocessing import reduction
 from multiprocessing.connection import Connection
+from multiprocessing.context import set_spawning_popen
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import env
 from ..errors import LaunchTimeoutError, WorkerDiedError
@@ -44,7 +53,7 @@ from .outcome import is_collateral, rebuild
 from .payload import Payload
 from .transport import unpack
 
-__all__ = ["Engine", "Layout", "context", "warm_up"]
+__all__ = ["Engine", "IdlePool", "Layout", "context", "idle_pool", "warm_up", "warm_up_early"]
 
 _PRELOAD = [
     "torch",
@@ -66,6 +75,7 @@ _DRAIN = 1.0  # seconds to wait for output after a worker ended
 # seen yet (a loaded machine); this long it waits for the cause before stopping the others.
 _CAUSE_WAIT = 3.0
 _EXIT_GRACE = 5.0  # seconds a worker that returned its result gets to exit by itself
+_MAX_IDLE = 64  # pre-forked workers kept at most
 
 
 def context(method: str = "auto") -> multiprocessing.context.BaseContext:
@@ -87,6 +97,299 @@ def warm_up(method: str = "auto") -> None:
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+
+
+_early: threading.Thread | None = None
+_early_lock = threading.Lock()
+
+
+def warm_up_early() -> threading.Thread | None:
+    """Get the forkserver ready before the first launch, once: the launcher was just imported.
+
+    Where this process imported torch already and has not initialised CUDA (nor torch_xla),
+    and runs on the main thread of a notebook (``__main__`` without a file) on Linux, the
+    forkserver is a zygote: a fork of this process (``_start_zygote``: torch is there at
+    once). Elsewhere, or with CUDA in use here (a fork could not use it), it is a fresh
+    interpreter started from a background thread, which imports torch and the worker's
+    modules (the 2-4 s a first launch would otherwise wait for) while the notebook goes on.
+    Either way two idle workers follow (IdlePool); nothing is printed, and they all end
+    with this process (their pipes close). Not in a worker (a function that imports the
+    launcher), and not with ``NOTEBOOK_ACCEL_NO_WARMUP=1``. Returns the background thread
+    (None when nothing was started).
+    """
+    global _early
+    if env.warmup_disabled() or env.get("RANK") is not None:
+        return None
+    with _early_lock:
+        if _early is not None:
+            return _early
+        if "forkserver" not in multiprocessing.get_all_start_methods():
+            return None
+        if _zygote_allowed():
+            with contextlib.suppress(OSError):
+                _start_zygote()
+
+        def start() -> None:
+            with contextlib.suppress(Exception):  # the first launch starts it (and says why)
+                warm_up("forkserver")
+                # Workers for a first launch of the default size (2 CPU processes): forked
+                # once the server has imported torch, if the launch has not come first.
+                idle_pool.fill(context("forkserver"), 2)
+
+        _early = threading.Thread(target=start, name="notebook-accel-warm-up", daemon=True)
+        _early.start()
+        return _early
+
+
+def _cuda_initialised() -> bool:
+    """CUDA (or torch_xla) in use in this process: its forks could not use the device."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    in_use = bool(cuda is not None and cuda.is_initialized())
+    return in_use or "torch_xla" in sys.modules
+
+
+def _zygote_allowed() -> bool:
+    return (
+        sys.platform.startswith("linux")
+        and "torch" in sys.modules
+        and not _cuda_initialised()
+        and not _main_has_file()
+        and threading.current_thread() is threading.main_thread()
+    )
+
+
+def _start_zygote() -> None:
+    """Fork this process as the forkserver (multiprocessing's, its bookkeeping as its own
+    start would leave it): it has torch imported already, so it serves at once."""
+    from multiprocessing import connection, forkserver, resource_tracker, util
+
+    server: Any = forkserver._forkserver
+    with server._lock:
+        if server._forkserver_pid is not None:
+            return
+        resource_tracker.ensure_running()
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        listener = socket.socket(socket.AF_UNIX)
+        try:
+            listener.bind(address)
+            if not util.is_abstract_socket_namespace(address):
+                os.chmod(address, 0o600)
+            listener.listen()
+            alive_r, alive_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                _zygote(listener.fileno(), alive_r, alive_w)
+            os.close(alive_r)
+        finally:
+            listener.close()
+        server._forkserver_address = address
+        server._forkserver_alive_fd = alive_w
+        server._forkserver_pid = pid
+
+
+def _as_a_fresh_interpreter() -> None:
+    """Undo in the zygote what a kernel installed in its interpreter, so that its workers
+    start as a fresh forkserver's do: the hooks, the running event loop, IPython's shell."""
+    sys.displayhook = sys.__displayhook__  # a session cell's last value goes through it
+    sys.excepthook = sys.__excepthook__
+    sys.breakpointhook = sys.__breakpointhook__
+    sys.unraisablehook = sys.__unraisablehook__
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None:  # the kernel's event loop is running this cell: not here
+        asyncio.events._set_running_loop(None)
+        asyncio.set_event_loop_policy(None)
+    if "IPython" in sys.modules:  # get_ipython() is None in a worker (tqdm.auto, ...)
+        import builtins
+
+        with contextlib.suppress(Exception):
+            from IPython.core.interactiveshell import InteractiveShell
+
+            InteractiveShell.clear_instance()
+        for name in ("get_ipython", "display", "__IPYTHON__"):
+            builtins.__dict__.pop(name, None)
+
+
+def _zygote(listener: int, alive_r: int, alive_w: int) -> NoReturn:
+    """The forked child: nothing of the notebook's but its memory, then forkserver.main."""
+    try:
+        # The notebook's objects are never collected here: a socket's finalizer would close
+        # an fd number that is someone else's now.
+        gc.freeze()
+        os.close(alive_w)
+        keep = {0, 1, 2, listener, alive_r}
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(int(name))  # the kernel's sockets, pipes and files
+        # The notebook's streams relay through threads that do not exist here.
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _as_a_fresh_interpreter()
+        from multiprocessing import forkserver
+
+        forkserver.main(listener, alive_r, _PRELOAD)
+    finally:
+        os._exit(0)
+
+
+class _Handover:
+    """Collects the fds a pickle refers to, as multiprocessing's forkserver start does (its
+    DupFd role): they travel beside the pickle, which names each by its place (Passed)."""
+
+    DupFd = worker_module.Passed
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+
+    def duplicate_for_child(self, fd: int) -> int:
+        self.fds.append(fd)
+        return len(self.fds) - 1
+
+
+def _hand_over(
+    control: Connection, name: str, entry: Callable[..., None], args: tuple[Any, ...]
+) -> None:
+    """Give a pre-forked worker its launch: the fds, then the pickle (worker.idle)."""
+    handover = _Handover()
+    set_spawning_popen(handover)  # type: ignore[arg-type]  # its DupFd role only
+    try:
+        data = reduction.ForkingPickler.dumps((name, entry, args))
+    finally:
+        set_spawning_popen(None)
+    control.send_bytes(str(len(handover.fds)).encode())
+    with socket.socket(fileno=os.dup(control.fileno())) as sock:
+        reduction.sendfds(sock, handover.fds)
+    control.send_bytes(data)
+
+
+class IdlePool:
+    """Pre-forked workers for the next launch: fresh processes (each serves one launch only,
+    then exits) that the forkserver forked while nothing was waiting for them.
+
+    A launch takes what is there and forks the rest; after it, the pool is filled again from
+    a background thread, up to that launch's number of processes. Only where the workers
+    could not run anything of the caller's at start (``__main__`` without a file: a notebook,
+    ``python -c``), as a forkserver start would import a script's ``__main__`` in them.
+    Closed when this process exits (each one ends at the EOF on its control pipe, which the
+    death of this process gives too).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: list[tuple[BaseProcess, Connection]] = []
+        self._filling: threading.Thread | None = None
+        self._exit_hook = False
+        self._closed = False
+
+    def take(self) -> tuple[BaseProcess, Connection] | None:
+        """A live idle worker and its control pipe, or None."""
+        with self._lock:
+            while self._ready:
+                process, control = self._ready.pop(0)
+                # An idle worker never writes: something to read is the EOF of its death.
+                if process.exitcode is None and not _readable(control):
+                    return process, control
+                _discard(process, control)
+        return None
+
+    def fill(self, ctx: multiprocessing.context.BaseContext, size: int) -> None:
+        """Fork idle workers up to ``size`` in the background (at most one filling at once)."""
+        if ctx.get_start_method() != "forkserver" or _main_has_file():
+            return
+        size = min(size, _MAX_IDLE)
+        with self._lock:
+            if self._closed or (self._filling is not None and self._filling.is_alive()):
+                return
+            if not self._exit_hook:
+                atexit.register(self.close)
+                self._exit_hook = True
+            self._filling = threading.Thread(
+                target=self._fill, args=(ctx, size), name="notebook-accel-idle", daemon=True
+            )
+            self._filling.start()
+
+    def _fill(self, ctx: multiprocessing.context.BaseContext, size: int) -> None:
+        while True:
+            with self._lock:
+                if self._closed or len(self._ready) >= size:
+                    return
+            theirs, ours = ctx.Pipe(duplex=True)
+            # Daemonic while idle: an interpreter's exit ends it without waiting (a worker
+            # that got a launch is an ordinary process again, worker.idle).
+            process = ctx.Process(  # type: ignore[attr-defined]
+                target=worker_module.idle,
+                args=(theirs,),
+                name="notebook-accel-idle",
+                daemon=True,
+            )
+            try:
+                process.start()
+            except Exception:
+                ours.close()
+                return  # the next launch forks its own workers
+            finally:
+                theirs.close()
+            with self._lock:
+                if self._closed:  # this process is exiting: it ends at our EOF
+                    ours.close()
+                    return
+                self._ready.append((process, ours))
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait until a fill under way has ended (tests count processes and fds)."""
+        filling = self._filling
+        if filling is not None:
+            filling.join(timeout)
+
+    def pids(self) -> set[int]:
+        with self._lock:
+            return {p.pid for p, _ in self._ready if p.pid is not None}
+
+    def close(self) -> None:
+        """End every idle worker (EOF on its control pipe) and wait for it. A fill under way
+        gets half a second to finish the start it is in (a start cut off half-way would have the
+        child print a traceback); a forkserver still importing torch is not waited for: what
+        it forks later ends at the EOF this process's exit gives."""
+        with self._lock:
+            self._closed = True
+        self.settle(timeout=0.5)
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for _, control in ready:
+            control.close()
+        for process, _ in ready:
+            process.join(timeout=2.0)
+            _discard(process, None)
+
+
+def _discard(process: BaseProcess, control: Connection | None) -> None:
+    if control is not None:
+        control.close()
+    if process.exitcode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
+            os.kill(process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        process.join(timeout=2.0)
+    with contextlib.suppress(ValueError):
+        process.close()
+
+
+def _readable(control: Connection) -> bool:
+    try:
+        return control.poll(0)
+    except OSError:
+        return True
+
+
+def _main_has_file() -> bool:
+    main = sys.modules.get("__main__")
+    return getattr(main, "__file__", None) is not None
+
+
+idle_pool = IdlePool()
 
 
 @contextlib.contextmanager
@@ -205,14 +508,15 @@ class Engine:
         err_r, err_w = pipe(duplex=False)
         life_r, life_w = pipe(duplex=False)
         worker_env = self.layout.worker_env(local_rank, self.port)
-        proc = self.ctx.Process(  # type: ignore[attr-defined]
-            target=self.entry,
-            args=(worker_env, self.payload, msg_w, out_w, err_w, life_r, *extra),
-            name=f"notebook-accel-rank-{worker_env.rank}",
-            daemon=False,
-        )
+        args = (worker_env, self.payload, msg_w, out_w, err_w, life_r, *extra)
+        name = f"notebook-accel-rank-{worker_env.rank}"
         try:
-            proc.start()
+            proc = self._pre_forked(name, args)
+            if proc is None:
+                proc = self.ctx.Process(  # type: ignore[attr-defined]
+                    target=self.entry, args=args, name=name, daemon=False
+                )
+                proc.start()
         finally:
             for end in (msg_w, out_w, err_w, life_r, *extra):
                 end.close()  # the child has its copies; ours would hide EOF
@@ -222,6 +526,26 @@ class Engine:
         self.selector.register(err_r, selectors.EVENT_READ, (rank, "stderr"))
         self.selector.register(proc.sentinel, selectors.EVENT_READ, (rank, "sentinel"))
         return rank
+
+    def _pooled(self) -> bool:
+        return self.entry is worker_module.main and self.ctx.get_start_method() == "forkserver"
+
+    def _pre_forked(self, name: str, args: tuple[Any, ...]) -> BaseProcess | None:
+        """An idle worker given this rank (its fds and arguments), or None: fork one."""
+        while self._pooled():
+            taken = idle_pool.take()
+            if taken is None:
+                return None
+            process, control = taken
+            try:
+                _hand_over(control, name, self.entry, args)
+            except OSError:
+                _discard(process, control)  # it died a moment ago: the next one
+                continue
+            control.close()
+            process.name = name
+            return process
+        return None
 
     def start(self) -> None:
         with _main_hidden():
@@ -461,6 +785,8 @@ class Engine:
             raise
         finally:
             self.close()
+            if self._pooled():
+                idle_pool.fill(self.ctx, self.layout.num_processes)  # for the next launch
 
 
 def _read(conn: Connection) -> bytes:

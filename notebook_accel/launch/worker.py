@@ -14,20 +14,28 @@ forkserver child
 
 ``start`` is everything before the call (a session's worker, serve.py, does it once and then
 serves tasks), ``run_call`` the call itself, ``leave`` the exit.
+
+A pre-forked worker (engine.py's idle pool) runs ``idle`` first: a fresh process from the
+forkserver that waits, in its own process group, for the one launch it will serve (its fds,
+then the pickled entry and arguments, from the launcher); then it is that launch's rank as
+above. The launcher closing the pool (or dying) ends it before anything ran in it.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import ctypes
 import gc
 import io
+import multiprocessing
 import os
 import pickle
 import signal
+import socket
 import sys
-import threading
 from collections.abc import Callable
+from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
@@ -40,9 +48,11 @@ from .pickling import dumps
 from .transport import Shipment, pack
 
 __all__ = [
+    "Passed",
     "call",
     "finish_distributed",
     "flush_all",
+    "idle",
     "leave",
     "line_buffered_stdio",
     "main",
@@ -52,6 +62,42 @@ __all__ = [
     "start",
     "wind_down",
 ]
+
+
+# The fds a pre-forked worker received with its launch, in the order the launcher listed them.
+_received: list[int] = []
+
+
+class Passed:
+    """An fd inside the pickle a pre-forked worker receives (multiprocessing's DupFd role):
+    its place in the list of fds that came with that pickle."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def detach(self) -> int:
+        return _received[self.index]
+
+
+def idle(control: Connection) -> None:
+    """A pre-forked worker's wait for its launch; then that launch's entry, in this process.
+
+    On ``control``: the number of fds, the fds (SCM_RIGHTS), then the pickle of (name, entry,
+    arguments) that refers to them (``Passed``). EOF first: the pool was closed, nothing ran.
+    """
+    os.setpgrp()  # a terminal's Ctrl-C while idle does not reach it (the launcher decides)
+    try:
+        count = int(control.recv_bytes(16))
+        with socket.socket(fileno=os.dup(control.fileno())) as sock:
+            _received[:] = reduction.recvfds(sock, count)
+        name, entry, args = pickle.loads(control.recv_bytes())
+    except (EOFError, OSError, ValueError):
+        os._exit(0)
+    control.close()
+    me = multiprocessing.current_process()
+    me.name = name
+    me.daemon = False  # (daemonic while idle) the function may start processes of its own
+    entry(*args)
 
 
 def _redirect(conn: Connection, fd: int) -> None:
@@ -126,7 +172,9 @@ def _watch_lifeline(lifeline: Connection) -> None:
         # The parent is gone (or asked us to stop): take our children with us.
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
-    threading.Thread(target=watch, name="notebook-accel-lifeline", daemon=True).start()
+    # A bare thread: threading's start() waits until the new thread runs (a few ms on a busy
+    # machine, on every launch's path); this one needs no handshake.
+    _thread.start_new_thread(watch, ())
 
 
 def share_cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:

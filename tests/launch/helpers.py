@@ -9,14 +9,20 @@ import psutil
 
 
 def worker_processes() -> list[psutil.Process]:
-    """Every process started by the forkserver (our workers and their children)."""
+    """Every process started by the forkserver (our workers and their children), but the
+    idle ones pre-forked for the next launch (engine.idle_pool: they never ran anything)."""
+    from notebook_accel.launch.engine import idle_pool
+
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
     if pid is None:
         return []
+    idle_pool.settle()
+    idle = idle_pool.pids()
     try:
-        return psutil.Process(pid).children(recursive=True)
+        children = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
+    return [child for child in children if child.pid not in idle]
 
 
 def open_fds() -> int:

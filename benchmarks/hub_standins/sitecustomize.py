@@ -9,6 +9,7 @@ each right after it has executed.
 - ``Accelerator`` (accelerate's and ours): ``prepare`` remembers the models it returns, and
   ``end_training`` prints a hash of the last one's weights on the main process
   (``@@harness weights <sha256>``): the harness compares runs by it.
+- the FSDP example's GPU memory meter: device figures 0 on a CPU (its CPU figures are real).
 - notebook_accel comes from the tree on PYTHONPATH only (an editable install's finder of
   another checkout is dropped).
 """
@@ -119,7 +120,16 @@ def _patch_accelerator(module: types.ModuleType) -> None:
     cls.prepare, cls.end_training = prepare_and_remember, end_training_and_hash
 
 
+def _patch_gpu_meter(module: types.ModuleType) -> None:
+    """The FSDP example's TorchTracemalloc reads device memory only on CUDA/XPU/NPU; on a CPU
+    its ``__exit__`` fails on the unset ``end``. Device figures read 0 here (class defaults);
+    its CPU figures (RSS, peak RSS) are measured as written."""
+    meter = module.TorchTracemalloc
+    meter.begin = meter.end = meter.peak = 0
+
+
 HOOKS: dict[str, Hook] = {
+    "fsdp_with_peak_mem_tracking": _patch_gpu_meter,
     "datasets": _patch_datasets,
     "evaluate": _patch_evaluate,
     "transformers.models.auto.tokenization_auto": _patch_tokenizer,

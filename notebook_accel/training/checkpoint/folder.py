@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -230,9 +231,28 @@ def save_state(
 def _wait_for_writer(state: ProcessState, number: str, writer: int) -> None:
     key = f"notebook_accel/save_state/{number}/{writer}"
     store = _store(state)
-    store.wait([key], timedelta(minutes=30))
+    patience = float(env.get("NOTEBOOK_ACCEL_SAVE_WAIT_WARNING", "60") or 60)
+    try:
+        store.wait([key], timedelta(seconds=patience))
+    except RuntimeError:  # torch's DistStoreError: the writer has not finished this save yet
+        _say_waiting(state, number, writer, patience)
+        store.wait([key], timedelta(minutes=30))
     if store.get(key) != b"done":
         raise CheckpointError(f"rank {writer}", "failed to write its part of the checkpoint")
+
+
+def _say_waiting(state: ProcessState, number: str, writer: int, patience: float) -> None:
+    """Tell the user why this rank is still waiting (and say so in the store too)."""
+    step, name, _ = number.split("/", 2)
+    print(
+        f"[notebook_accel] rank {state.rank} has waited {patience:g} s for rank {writer} to "
+        f"write save_state('.../{name}') at step {step}. Every rank must call save_state with "
+        "a folder of the same name (the name pairs the ranks' calls; a folder per rank is "
+        "fine only if the names agree). Still waiting, 30 minutes in all.",
+        file=sys.stderr,
+        flush=True,
+    )
+    _store(state).set(f"notebook_accel/save_state/waiting/{state.rank}", number)
 
 
 def _save_collective(

@@ -387,3 +387,39 @@ def test_a_failed_save_fails_on_every_rank_and_keeps_the_last(tmp_path: Path) ->
     assert "rank 0: failed to write its part of the checkpoint" in errors[1]
     names = sorted(p.name for p in Path(folder).iterdir())
     assert "random_states_1.pkl" in names and "notebook_accel.json" in names
+
+
+def _folders_of_other_names(root: str) -> str:
+    import contextlib
+    import io
+    from datetime import timedelta
+
+    from torch.distributed import distributed_c10d
+
+    os.environ["NOTEBOOK_ACCEL_SAVE_WAIT_WARNING"] = "0.2"
+    acc, model, opt, loader, sched = prepared()
+    _train(acc, model, opt, loader, 2)
+    said = io.StringIO()
+    if acc.process_index == 0:
+        acc.save_state(os.path.join(root, "tmp_rank0"))
+        # Rank 1 waits for a save of its own folder's name: once it has said so, give it one.
+        store = distributed_c10d._get_default_store()
+        store.wait(["notebook_accel/save_state/waiting/1"], timedelta(minutes=5))
+        acc.save_state(os.path.join(root, "tmp_rank1"))
+    else:
+        with contextlib.redirect_stderr(said):
+            acc.save_state(os.path.join(root, "tmp_rank1"))
+    acc.wait_for_everyone()
+    return said.getvalue()
+
+
+def test_a_rank_waiting_for_a_folder_of_another_name_says_why(tmp_path: Path) -> None:
+    # accelerate's own stateful-loader test saves into a TemporaryDirectory per rank: ours
+    # pairs the ranks' calls by the folder's name, so the waiting rank must say so, not hang
+    # silently.
+    said = debug_launcher(_folders_of_other_names, args=(str(tmp_path),), num_processes=2)
+    assert said[0] == ""
+    assert "rank 1 has waited 0.2 s for rank 0 to write save_state('.../tmp_rank1')" in said[1]
+    assert "a folder of the same name" in said[1]
+    assert (tmp_path / "tmp_rank1" / "random_states_1.pkl").is_file()
+    assert not (tmp_path / "tmp_rank0" / "random_states_1.pkl").exists()

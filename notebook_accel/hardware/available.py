@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
+from typing import Any
 
 __all__ = [
     "is_cuda_available",
@@ -100,6 +101,19 @@ def is_mps_available(min_version: str = "1.12") -> bool:
     return bool(torch.backends.mps.is_available())
 
 
+def _usable(backend: Any, check_device: bool) -> bool:
+    """A torch device module (``torch.xpu``, ``torch.npu``) that says it is available; with
+    ``check_device`` its devices are counted too (a broken driver answers False)."""
+    if backend is None:
+        return False
+    try:
+        if check_device:
+            backend.device_count()
+        return bool(backend.is_available())
+    except RuntimeError:
+        return False
+
+
 @functools.cache
 def is_xpu_available(check_device: bool = False) -> bool:
     """Whether an Intel XPU is usable through torch's own ``torch.xpu``.
@@ -108,15 +122,7 @@ def is_xpu_available(check_device: bool = False) -> bool:
     """
     import torch
 
-    xpu = getattr(torch, "xpu", None)
-    if xpu is None:
-        return False
-    try:
-        if check_device:
-            xpu.device_count()
-        return bool(xpu.is_available())
-    except RuntimeError:
-        return False
+    return _usable(getattr(torch, "xpu", None), check_device)
 
 
 @functools.cache
@@ -133,12 +139,4 @@ def is_npu_available(check_device: bool = False) -> bool:
         importlib.import_module("torch_npu")  # registers torch.npu
     except Exception:  # a CPU-only image with torch_npu installed fails to import it
         return False
-    npu = getattr(torch, "npu", None)
-    if npu is None:
-        return False
-    try:
-        if check_device:
-            npu.device_count()
-        return bool(npu.is_available())
-    except RuntimeError:
-        return False
+    return _usable(getattr(torch, "npu", None), check_device)

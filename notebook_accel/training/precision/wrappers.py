@@ -66,21 +66,21 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def train(self) -> None:
-        """The optimizer's train mode (schedule-free optimizers); a no-op for the others.
-
-        An optimizer an engine wrapped again (DeepSpeed's) is looked through once.
-        """
-        for target in (self.optimizer, getattr(self.optimizer, "optimizer", None)):
-            mode = getattr(target, "train", None)
-            if callable(mode):
-                mode()
-                return
+        """The optimizer's train mode (schedule-free optimizers); a no-op for the others."""
+        self._switch("train")
 
     def eval(self) -> None:
         """The optimizer's eval mode (schedule-free optimizers); a no-op for the others."""
-        mode = getattr(self.optimizer, "eval", None)
-        if callable(mode):
-            mode()
+        self._switch("eval")
+
+    def _switch(self, mode: str) -> None:
+        """Call the optimizer's ``mode()``; an optimizer an engine wrapped again (DeepSpeed's)
+        is looked through once."""
+        for target in (self.optimizer, getattr(self.optimizer, "optimizer", None)):
+            switch = getattr(target, mode, None)
+            if callable(switch):
+                switch()
+                return
 
     def state_dict(self) -> dict[str, Any]:
         return self.optimizer.state_dict()

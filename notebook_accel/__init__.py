@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any
 
 __version__ = "0.1.0"
@@ -87,12 +88,20 @@ def load_ipython_extension(ipython: Any) -> None:
     importlib.import_module("notebook_accel.faces.magic").load_ipython_extension(ipython)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+def _lazy_attribute(namespace: dict[str, Any], exports: Mapping[str, str], name: str) -> Any:
+    """PEP 562's ``__getattr__`` for a module whose names load from their modules on first
+    use (this package, ``utils``, ``logging``, ``local_sgd``): ``exports`` maps each name to
+    its module; the value is kept in ``namespace`` (the module's globals) from then on."""
+    module = exports.get(name)
     if module is None:
-        raise AttributeError(f"module 'notebook_accel' has no attribute {name!r}")
+        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
+    namespace[name] = value
+    return value
+
+
+def __getattr__(name: str) -> Any:
+    value = _lazy_attribute(globals(), _EXPORTS, name)
     if name in _WARMS_UP:
         importlib.import_module("notebook_accel.launch.engine").warm_up_early()
     return value

@@ -7,20 +7,18 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-# kept as a tuple: a literal __all__ would name what only __getattr__ defines
-_NAMES = ("LocalSGD",)
-__all__ = list(_NAMES)
+from . import _lazy_attribute
+
+# name -> module; __all__ is built from it (a literal __all__ would name what only
+# __getattr__ defines)
+_EXPORTS = {"LocalSGD": "notebook_accel.training.local_sgd"}
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name != "LocalSGD":
-        raise AttributeError(f"module 'notebook_accel.local_sgd' has no attribute {name!r}")
-    value = importlib.import_module("notebook_accel.training.local_sgd").LocalSGD
-    globals()[name] = value
-    return value
+    return _lazy_attribute(globals(), _EXPORTS, name)
 
 
 def __dir__() -> list[str]:

@@ -9,20 +9,19 @@ this one.)
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-# the names, kept as a tuple: a literal __all__ would name what only __getattr__ defines
-_NAMES = ("MultiProcessAdapter", "get_logger")
-__all__ = list(_NAMES)
+from . import _lazy_attribute
+
+_LOGS = "notebook_accel.training.logs"
+# name -> module; __all__ is built from it (a literal __all__ would name what only
+# __getattr__ defines)
+_EXPORTS = {"MultiProcessAdapter": _LOGS, "get_logger": _LOGS}
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _NAMES:
-        raise AttributeError(f"module 'notebook_accel.logging' has no attribute {name!r}")
-    value = getattr(importlib.import_module("notebook_accel.training.logs"), name)
-    globals()[name] = value
-    return value
+    return _lazy_attribute(globals(), _EXPORTS, name)
 
 
 def __dir__() -> list[str]:

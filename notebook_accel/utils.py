@@ -10,10 +10,10 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import notebook_accel
+from notebook_accel import _lazy_attribute
 
 _PROBES = "notebook_accel.hardware.available"
 _DUMMIES = "notebook_accel.training.strategies.dummies"
@@ -40,11 +40,8 @@ _UTILS_ONLY = {
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
-    module = _UTILS_ONLY.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+    if name in _UTILS_ONLY:
+        return _lazy_attribute(globals(), _UTILS_ONLY, name)
     try:
         return getattr(notebook_accel, name)
     except AttributeError:

@@ -14,12 +14,25 @@ private store, never in a TCPStore that anyone on the machine could reach.
                                                over a connection to machine 0's gate that
                                                proved NOTEBOOK_ACCEL_STORE_KEY (auth.py)
            unset (the function removed it)     torch's own handler: a TCPStore at MASTER_*
+      -> each of this process's env:// groups meets under its own prefix (init/<n>/): a group
+         made again after destroy_process_group reads fresh keys, not the last group's gloo
+         addresses (torch restarts its group names at 0 after a destroy)
+    dist.destroy_process_group()
+      -> the group leaves torch's world as before; a gloo group that met in the launch's
+         store is kept (the last _KEPT_GROUPS) and torn down by the worker's exit: gloo's own
+         teardown waits for a tick of its event loop (up to 10 ms) per rank of the world,
+         160 ms at 16 ranks, on every launch that ends with destroy_process_group
+         (end_training does); the worker leaves with os._exit, which closes those sockets
+         without waiting
 """
 
 from __future__ import annotations
 
+import collections
 import datetime
+import functools
 import importlib
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +50,13 @@ _DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 # torch holds a Python store by its C++ part only: when the Python object is collected, every
 # call fails ("fn INTERNAL ASSERT FAILED ... Not implemented"). These stay for the process.
 _ALIVE: list[KeyStore] = []
+# Groups that left torch's world and wait for the worker's exit (see the module docstring);
+# the oldest is torn down when a function makes and destroys more than this many.
+_KEPT_GROUPS = 8
+_kept: collections.deque[Any] = collections.deque(maxlen=_KEPT_GROUPS)
+# The env:// rendezvous of this process so far: every rank makes its groups in the same order
+# (as torch's own group names assume), so the n-th one meets under the same prefix everywhere.
+_generation = itertools.count()
 
 
 def _seconds(timeout: datetime.timedelta | float | None) -> float | None:
@@ -174,8 +194,41 @@ def route() -> None:
         query = dict(parse_qsl(urlparse(url).query))
         rank = int(query.get("rank") or env.get("RANK") or 0)
         world_size = int(query.get("world_size") or env.get("WORLD_SIZE") or 1)
-        yield open_store(where, timeout), rank, world_size
+        store = dist.PrefixStore(f"init/{next(_generation)}", open_store(where, timeout))
+        yield store, rank, world_size
         raise RuntimeError("Unable to perform re-rendezvous using env:// method")  # as torch's
 
     env_handler.notebook_accel = True  # type: ignore[attr-defined]
     handlers["env"] = env_handler
+    _keep_destroyed_groups()
+
+
+def _ours(store: Any) -> bool:
+    """The store under every prefix is one this module opened."""
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    return any(store is alive for alive in _ALIVE)
+
+
+def _keep_destroyed_groups() -> None:
+    """``destroy_process_group`` keeps the gloo groups it ends that met in our store."""
+    c10d = importlib.import_module("torch.distributed.distributed_c10d")
+    destroy = c10d.destroy_process_group
+
+    @functools.wraps(destroy)
+    def destroy_process_group(group: Any = None) -> None:
+        world = getattr(c10d, "_world", None)
+        members = dict(getattr(world, "pg_map", None) or {})
+        if group is None or group is c10d.GroupMember.WORLD:
+            ending = list(members)
+        else:
+            ending = [group] if group in members else []
+        for pg in ending:
+            backend, store = members[pg]
+            if backend == "gloo" and _ours(store):
+                _kept.append(pg)
+        destroy(group)
+
+    destroy_process_group.notebook_accel = True  # type: ignore[attr-defined]
+    c10d.destroy_process_group = destroy_process_group
+    dist.destroy_process_group = destroy_process_group

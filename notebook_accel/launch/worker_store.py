@@ -229,6 +229,5 @@ def _keep_destroyed_groups() -> None:
                 _kept.append(pg)
         destroy(group)
 
-    destroy_process_group.notebook_accel = True  # type: ignore[attr-defined]
     c10d.destroy_process_group = destroy_process_group
     dist.destroy_process_group = destroy_process_group

@@ -27,9 +27,10 @@ def test_a_group_made_again_after_destroy_meets_in_fresh_keys() -> None:
     # Before: "Read error ... Connection reset by peer" in the second group. torch names a
     # group made after a destroy as it named the last one, so it read that group's gloo
     # addresses from the launch's store.
-    assert debug_launcher(_groups_one_after_another, (3,), num_processes=3, output="none") == [
-        [3.0, 6.0, 9.0]
-    ] * 3
+    assert (
+        debug_launcher(_groups_one_after_another, (3,), num_processes=3, output="none")
+        == [[3.0, 6.0, 9.0]] * 3
+    )
 
 
 def _sockets() -> int:
@@ -86,9 +87,10 @@ def test_a_group_over_torchs_own_store_is_torn_down_by_its_destroy() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    assert debug_launcher(_torch_store_twice, (port,), num_processes=2, output="none") == [
-        [2.0, 4.0]
-    ] * 2
+    assert (
+        debug_launcher(_torch_store_twice, (port,), num_processes=2, output="none")
+        == [[2.0, 4.0]] * 2
+    )
 
 
 def _two_trainings() -> list[float]:

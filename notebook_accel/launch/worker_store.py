@@ -212,7 +212,8 @@ def _ours(store: Any) -> bool:
 
 def _keep_destroyed_groups() -> None:
     """``destroy_process_group`` keeps the gloo groups it ends that met in our store."""
-    c10d = importlib.import_module("torch.distributed.distributed_c10d")
+    from torch.distributed import distributed_c10d as c10d
+
     destroy = c10d.destroy_process_group
 
     @functools.wraps(destroy)

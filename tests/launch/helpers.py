@@ -29,7 +29,8 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _socket_inodes(pid: int | str) -> set[str]:
+def socket_inodes(pid: int | str = "self") -> set[str]:
+    """The sockets process ``pid`` (default: this one) has open, by inode."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -43,7 +44,7 @@ def _socket_inodes(pid: int | str) -> set[str]:
 
 def listening_ports(pid: int | str = "self") -> set[int]:
     """TCP ports process ``pid`` (default: this one) is listening on (IPv4 and IPv6)."""
-    mine = _socket_inodes(pid)
+    mine = socket_inodes(pid)
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:

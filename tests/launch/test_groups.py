@@ -7,6 +7,8 @@ import socket
 
 from notebook_accel import debug_launcher
 
+from .helpers import socket_inodes
+
 
 def _groups_one_after_another(count: int) -> list[float]:
     import torch
@@ -33,18 +35,6 @@ def test_a_group_made_again_after_destroy_meets_in_fresh_keys() -> None:
     )
 
 
-def _sockets() -> int:
-    import os
-
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass  # the listing's own fd, gone by now
-    return count
-
-
 def _many_groups(count: int) -> list[int]:
     import torch.distributed as dist
 
@@ -53,7 +43,7 @@ def _many_groups(count: int) -> list[int]:
         dist.init_process_group("gloo")
         dist.barrier()
         dist.destroy_process_group()
-        open_sockets.append(_sockets())
+        open_sockets.append(len(socket_inodes()))
     # The peer's exit would close its ends (and gloo ours) under a count not yet taken: stay
     # in one more group until every rank has counted.
     dist.init_process_group("gloo")

@@ -102,7 +102,7 @@ class LaunchConfig:
     # ("full", "grad_op", "no_shard", "hybrid"), a dict of FsdpConfig fields or an FsdpConfig;
     # normalised to an FsdpConfig (or None) on construction.
     fsdp: Any = None
-    # Where the ranks run (launch/backends.py): None for this machine, "ray" for the Ray
+    # Where the ranks run (launch/cluster/backend.py): None for this machine, "ray" for the Ray
     # cluster this notebook joined (or RAY_ADDRESS names), "ray://HOST:PORT" for Ray Client.
     cluster: str | None = None
     # On a cluster, what each rank reserves ({"CPU": 4, "GPU": 1}) and how ranks are placed.

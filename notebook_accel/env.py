@@ -49,10 +49,10 @@ __all__ = [
 ]
 
 _PREFIX = "NOTEBOOK_ACCEL_"
-# The job's secret for several machines (launch/secret.py); it never reaches the workers.
+# The job's secret for several machines (launch/meet/secret.py); it never reaches the workers.
 SECRET_VARIABLE = _PREFIX + "SECRET"
-# Where a worker's env:// rendezvous meets, and the key its workers prove (launch/rendezvous.py
-# sets them, launch/worker_store.py reads them).
+# Where a worker's env:// rendezvous meets, and the key its workers prove (launch/meet/rendezvous.py
+# sets them, launch/rank/worker_store.py reads them).
 STORE_VARIABLE = _PREFIX + "STORE"
 STORE_KEY_VARIABLE = _PREFIX + "STORE_KEY"
 
@@ -157,7 +157,7 @@ def slurm_tasks_on_node(value: str, node_id: int = 0) -> int:
 
 def snapshot() -> dict[str, str]:
     """The parent's environment now, to be installed in every worker (less the job's secret:
-    workers prove a key of their launch's instead, see launch/rendezvous.py)."""
+    workers prove a key of their launch's instead, see launch/meet/rendezvous.py)."""
     return {k: v for k, v in os.environ.items() if k != SECRET_VARIABLE}
 
 

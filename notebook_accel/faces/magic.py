@@ -15,7 +15,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ..errors import ConfigError
-from ..launch.session import Workers, latest
+from ..launch.local.session import Workers, latest
 
 __all__ = ["DistributedMagics", "load_ipython_extension", "parse_ranks"]
 

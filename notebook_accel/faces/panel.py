@@ -5,12 +5,12 @@
     Launch  --> background thread: launch(function, args, config, display=_PanelDisplay,
                                           stop=event)
                   banner / lines / progress  -->  rank rows, log, bars in the panel
-                  Accelerator.log rows       -->  the live chart (launch/charts.py), .metrics
+                  Accelerator.log rows       -->  the live chart (launch/show/charts.py), .metrics
                   each rank's health (~1/s)  -->  memory and steps/s in its row; quiet: flagged
                   results or exception       -->  panel.results / panel.error, shown plainly
     Stop    --> event.set(): the launcher stops every worker as for a KeyboardInterrupt
 
-With ``workers=`` (a session, launch/session.py) the form shows the session's choices, fixed,
+With ``workers=`` (a session, launch/local/session.py) the form shows the session's choices, fixed,
 and Launch becomes Run: ``Workers.call(function, args, display=_PanelDisplay, stop=event)``
 on the session's workers (which keep their namespace); Stop interrupts the run, and the
 session stays usable when every rank comes back.
@@ -38,9 +38,9 @@ import ipywidgets as w
 from .. import hardware
 from ..config import LaunchConfig, load_file, save_file
 from ..errors import ConfigError, NotebookAccelError
-from ..launch import charts
-from ..launch.display import Bar, Display, Sink, meter
-from ..launch.session import Workers
+from ..launch.local.session import Workers
+from ..launch.show import charts
+from ..launch.show.display import Bar, Display, Sink, meter
 from ..reporting.channel import Health, Progress
 
 __all__ = ["LaunchPanel"]
@@ -595,7 +595,7 @@ def _ray_cluster() -> tuple[str, int, int] | None:
     try:
         if ray is None or not ray.is_initialized():
             return None
-        from ..launch.ray.backend import describe_cluster
+        from ..launch.cluster.ray.driver import describe_cluster
 
         total = ray.cluster_resources()
         return describe_cluster(ray), int(total.get("CPU", 0)), int(total.get("GPU", 0))

@@ -10,8 +10,8 @@ import pytest
 from notebook_accel import last_metrics
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import debug_launcher, launch
-from notebook_accel.launch.charts import Board, TextLine, render_png
-from notebook_accel.launch.display import Display
+from notebook_accel.launch.show.charts import Board, TextLine, render_png
+from notebook_accel.launch.show.display import Display
 from notebook_accel.reporting.channel import Health, Metrics
 
 

@@ -1,4 +1,4 @@
-"""The TPU path (launch/xla/engine.py) on torch_xla's CPU runtime, in its own environment.
+"""The TPU path (launch/local/xla/engine.py) on torch_xla's CPU runtime, in its own environment.
 
 torch_xla pins its own torch version, so these tests run only where torch_xla is installed,
 e.g. a separate virtual environment:

@@ -1,0 +1,98 @@
+"""What a launch is on this machine: its hardware plan, and where each rank sits.
+
+    LaunchConfig -> plan_for -> hardware.Plan (hardware, processes, backend), the options
+                                checked against the job's size
+    LaunchConfig, Plan, attempt, store -> layout_for -> Layout: node, ranks, every rank's
+                                variables (the launch's options, where they meet)
+    Layout.worker_env(local_rank, port) -> env.WorkerEnv of one rank
+
+The local engine, the TPU path and a session start their workers from a Layout; a cluster
+backend (cluster/) makes its own plan from what the cluster offers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .. import env, hardware
+from ..config import LaunchConfig
+from ..errors import ConfigError
+from .meet.network import network_env
+
+__all__ = ["Layout", "layout_for", "plan_for"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where this machine's ranks sit in the job."""
+
+    num_processes: int
+    node_rank: int = 0
+    num_nodes: int = 1
+    device_type: str = "cpu"
+    backend: str = "gloo"
+    master_addr: str = "127.0.0.1"
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def world_size(self) -> int:
+        return self.num_processes * self.num_nodes
+
+    def worker_env(self, local_rank: int, port: int) -> env.WorkerEnv:
+        return env.WorkerEnv(
+            rank=self.node_rank * self.num_processes + local_rank,
+            local_rank=local_rank,
+            world_size=self.world_size,
+            local_world_size=self.num_processes,
+            node_rank=self.node_rank,
+            master_addr=self.master_addr,
+            master_port=port,
+            device_type=self.device_type,
+            backend=self.backend,
+            loopback=self.num_nodes == 1,
+            extra=self.extra_env,
+        )
+
+
+def plan_for(config: LaunchConfig, machine: hardware.Machine | None = None) -> hardware.Plan:
+    """The hardware plan, and the checks of the options against its number of processes."""
+    plan = hardware.resolve(config, machine)
+    if config.fsdp is not None and plan.num_processes * config.num_nodes < 2:
+        raise ConfigError(
+            "fsdp",
+            config.fsdp.sharding_strategy,
+            "FSDP with at least 2 processes (num_processes >= 2)",
+            "With one process there is nothing to shard: pass fsdp=None.",
+        )
+    if config.parallelism_config is not None:
+        from ..options.parallelism import ParallelismConfig
+
+        mesh = ParallelismConfig(**config.parallelism_config)
+        mesh.check(plan.num_processes * config.num_nodes)
+    return plan
+
+
+def layout_for(
+    config: LaunchConfig,
+    plan: hardware.Plan,
+    attempt: int,
+    store: Sequence[tuple[str, str]] = (),
+) -> Layout:
+    """Where this machine's ranks sit, and the variables every one of them gets (``store``:
+    where they meet, rendezvous.py)."""
+    extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt)), *store]
+    extra.extend(env.launch_variables(**config.worker_options()).items())
+    extra.extend(network_env(config))
+    if config.fsdp is not None:  # a value the user set wins
+        wanted = config.fsdp.worker_variables(plan.device_type).items()
+        extra.extend((name, value) for name, value in wanted if env.get(name) is None)
+    return Layout(
+        num_processes=plan.num_processes,
+        node_rank=config.node_rank,
+        num_nodes=config.num_nodes,
+        device_type=plan.device_type,
+        backend=plan.backend,
+        master_addr="127.0.0.1" if config.num_nodes == 1 else config.master_addr,
+        extra_env=tuple(extra),
+    )

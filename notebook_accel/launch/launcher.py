@@ -7,8 +7,9 @@ notebook_launcher(fn, args, ...)
   -> shm.shipped: large buffers into shared memory once (or found in the cache)
   -> rendezvous.py: where the ranks meet, private to the job: a memfd FileStore (one
      machine); machine 0's table behind a gate that proves the job's secret (several)
-  -> Engine(...).run()  or, on TPU, xla.run(...)
-     or, with cluster="ray", cluster/backend.run_with_restarts(ray/driver.RayBackend)
+  -> attempt after attempt (_attempts: restarts, the launch's timeout), each one
+     this machine's Engine(...).run()  or, on TPU, local/xla/engine.run(...)
+     or, with cluster="ray", the cluster's backend (cluster/backend.py: RayBackend).run()
   -> [result of rank 0, result of rank 1, ...]
 """
 
@@ -28,33 +29,21 @@ from .local.forkserver import warm_up, warm_up_early
 from .meet.group import Group, joined, rendezvous_timeout
 from .meet.rendezvous import Meeting, meeting
 from .meet.secret import job_secret
-from .plan import layout_for, plan_for
+from .plan import Watch, banner, checked_size, layout_for, plan_for, watch_for_stop
 from .show.display import Display
 from .wire.payload import Payload, build
+from .wire.pickling import Outgoing
 from .wire.shm import shipped
 
 __all__ = ["debug_launcher", "launch", "notebook_launcher", "warm_up_early"]
 
-
-def _stoppable(
-    watch: Callable[[], None] | None, stop: threading.Event | None
-) -> Callable[[], None] | None:
-    """[panel hook, faces/panel.py] A set ``stop`` event ends the launch as an interrupt does."""
-    if stop is None:
-        return watch
-
-    def check() -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt("stopped from the launch panel")
-        if watch is not None:
-            watch()
-
-    return check
+_STOPPED = "stopped from the launch panel"
 
 
-def _announcing(
-    watch: Callable[[], None] | None, place: Meeting, display: Display
-) -> Callable[[], None] | None:
+Attempt = Callable[[int, float | None], list[Any]]  # (attempt number, seconds left) -> results
+
+
+def _announcing(watch: Watch, place: Meeting, display: Display) -> Watch:
     """``watch``, and the connections machine 0 refused since the last look, in the banner."""
     if place.gate is None:
         return watch
@@ -66,34 +55,6 @@ def _announcing(
             watch()
 
     return check
-
-
-def _run_once(
-    config: LaunchConfig,
-    plan: hardware.Plan,
-    payload: Payload,
-    display: Display,
-    attempt: int,
-    group: Group,
-    place: Meeting,
-    stop: threading.Event | None = None,
-    deadline: float | None = None,
-) -> list[Any]:
-    watch = _announcing(_stoppable(group.watch(attempt), stop), place, display)
-    timeout = None if deadline is None else deadline - time.monotonic()
-    if timeout is not None and timeout <= 0:
-        raise LaunchTimeoutError(config.timeout)  # type: ignore[arg-type]
-    if plan.backend == "xla":
-        from .local.xla.engine import run as run_on_xla  # imports torch_xla: only on TPU machines
-
-        return run_on_xla(layout_for(config, plan, attempt), payload, display, timeout, watch)
-    # Each attempt's workers meet in fresh keys (rendezvous.py); torch_xla needs none.
-    with place.attempt(attempt) as (port, store):
-        layout = layout_for(config, plan, attempt, store)
-        engine = Engine(layout, payload, display, port, config.start_method, watch)
-        result = engine.run(timeout)
-        group.done(attempt)  # machine 0 keeps the table up until every machine is done
-    return result
 
 
 def launch(
@@ -115,19 +76,57 @@ def launch(
     line's ``--rendezvous_timeout``; default group.rendezvous_timeout).
     """
     payload, buffers = build(function, args, kwargs, env.snapshot())
-    if config.cluster is not None:  # a cluster's ranks run elsewhere (cluster/backend.py)
-        from .cluster.backend import for_cluster, run_with_restarts
+    if config.cluster is not None:  # a cluster's ranks run elsewhere (cluster/)
+        return _on_a_cluster(config, payload, buffers, display, stop)
+    return _on_this_machine(config, machine, payload, buffers, display, stop, wait_for_machine_0)
 
-        display = display or Display(output=config.output)
-        watch = _stoppable(None, stop)
-        return run_with_restarts(for_cluster(config), config, payload, buffers, display, watch)
+
+def _on_a_cluster(
+    config: LaunchConfig,
+    payload: Payload,
+    buffers: list[Outgoing],
+    display: Display | None,
+    stop: threading.Event | None,
+) -> list[Any]:
+    """The attempts on the backend ``config.cluster`` names (cluster/backend.py)."""
+    from .cluster.backend import for_cluster
+
+    display = display or Display(output=config.output)
+    backend = for_cluster(config)
+    plan = backend.plan()
+    checked_size(config, plan)
+    backend.prepare(payload, buffers)
+    try:
+        display.banner(banner(config, plan))
+        # timeout= bounds the whole launch, restarts included (as on this machine).
+        deadline = None if config.timeout is None else time.monotonic() + config.timeout
+        watch = watch_for_stop(stop, _STOPPED)
+
+        def attempt(number: int, left: float | None) -> list[Any]:
+            return backend.run(number, display, left, watch)
+
+        return _attempts(config, display, Group(config, None), deadline, attempt)
+    finally:
+        backend.close()
+        display.close()
+
+
+def _on_this_machine(
+    config: LaunchConfig,
+    machine: hardware.Machine | None,
+    payload: Payload,
+    buffers: list[Outgoing],
+    display: Display | None,
+    stop: threading.Event | None,
+    wait_for_machine_0: float | None,
+) -> list[Any]:
+    """The attempts on this machine's workers (several machines: in step with the others)."""
     plan = plan_for(config, machine)
     secret = job_secret() if config.num_nodes > 1 else b""  # a bad one: before any process
     if plan.backend != "xla":
         warm_up(config.start_method)
     display = display or Display(output=config.output)
-    note = config.file_note()
-    display.banner(plan.describe(config.num_nodes) + (f"\n{note}" if note else ""))
+    display.banner(banner(config, plan))
     # timeout= bounds the whole launch, restarts included (not each attempt).
     deadline = None if config.timeout is None else time.monotonic() + config.timeout
     # Several machines keep one table for the whole launch (restarts move together, group.py).
@@ -141,8 +140,14 @@ def launch(
             for note in place.notes:
                 display.banner(note)
             payload = dataclasses.replace(payload, shipment=shipment)
+
+            def attempt(number: int, left: float | None) -> list[Any]:
+                watch = watch_for_stop(stop, _STOPPED, group.watch(number))
+                watch = _announcing(watch, place, display)
+                return _run_once(config, plan, payload, display, number, group, place, watch, left)
+
             try:
-                return _attempts(config, plan, payload, display, group, place, stop, deadline)
+                return _attempts(config, display, group, deadline, attempt)
             finally:
                 for line in place.refusals(final=True):
                     display.banner(line)
@@ -150,21 +155,46 @@ def launch(
         display.close()
 
 
-def _attempts(
+def _run_once(
     config: LaunchConfig,
     plan: hardware.Plan,
     payload: Payload,
     display: Display,
+    attempt: int,
     group: Group,
     place: Meeting,
-    stop: threading.Event | None,
-    deadline: float | None,
+    watch: Watch,
+    timeout: float | None,
 ) -> list[Any]:
-    """Run attempt after attempt until one succeeds or the group gives up."""
-    attempt = 0
+    if plan.backend == "xla":
+        from .local.xla.engine import run as run_on_xla  # imports torch_xla: only on TPU machines
+
+        return run_on_xla(layout_for(config, plan, attempt), payload, display, timeout, watch)
+    # Each attempt's workers meet in fresh keys (rendezvous.py); torch_xla needs none.
+    with place.attempt(attempt) as (port, store):
+        layout = layout_for(config, plan, attempt, store)
+        engine = Engine(layout, payload, display, port, config.start_method, watch)
+        result = engine.run(timeout)
+        group.done(attempt)  # machine 0 keeps the table up until every machine is done
+    return result
+
+
+def _attempts(
+    config: LaunchConfig,
+    display: Display,
+    group: Group,
+    deadline: float | None,
+    attempt: Attempt,
+) -> list[Any]:
+    """Run attempt after attempt until one succeeds or the group gives up: the one restart
+    loop of every launch, this machine's (alone or with others) and a cluster's."""
+    number = 0
     while True:
         try:
-            return _run_once(config, plan, payload, display, attempt, group, place, stop, deadline)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise LaunchTimeoutError(config.timeout)  # type: ignore[arg-type]
+            return attempt(number, left)
         except LaunchTimeoutError as exc:
             group.fail(exc)
             if exc.timeout == config.timeout:
@@ -172,13 +202,13 @@ def _attempts(
             # The attempt had what was left of the launch's timeout; name the user's.
             raise LaunchTimeoutError(config.timeout) from None  # type: ignore[arg-type]
         except Exception as exc:  # not KeyboardInterrupt: the stop button is final
-            reason = group.cause(attempt, exc)  # before we publish our own restart
-            if not group.restarting(attempt, exc):
+            reason = group.cause(number, exc)  # before we publish our own restart
+            if not group.restarting(number, exc):
                 raise
-            attempt += 1
+            number += 1
             display.banner(
                 f"{type(reason).__name__}: {_first_line(reason)} -- restarting every "
-                f"process (restart {attempt} of {config.max_restarts})"
+                f"process (restart {number} of {config.max_restarts})"
             )
 
 

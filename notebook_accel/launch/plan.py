@@ -12,7 +12,8 @@ backend (cluster/) makes its own plan from what the cluster offers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import env, hardware
@@ -20,7 +21,11 @@ from ..config import LaunchConfig
 from ..errors import ConfigError
 from .meet.network import network_env
 
-__all__ = ["Layout", "layout_for", "plan_for"]
+__all__ = ["Layout", "Watch", "banner", "checked_size", "layout_for", "plan_for", "watch_for_stop"]
+
+# Called every tick while the ranks run (an Engine, a cluster's Backend); raising from it
+# stops them (the stop button, another machine of the group restarting: meet/group.py).
+Watch = Callable[[], None] | None
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,15 @@ class Layout:
 def plan_for(config: LaunchConfig, machine: hardware.Machine | None = None) -> hardware.Plan:
     """The hardware plan, and the checks of the options against its number of processes."""
     plan = hardware.resolve(config, machine)
-    if config.fsdp is not None and plan.num_processes * config.num_nodes < 2:
+    checked_size(config, plan)
+    return plan
+
+
+def checked_size(config: LaunchConfig, plan: hardware.Plan) -> None:
+    """Refuse options the job's size does not allow: FSDP in one process, a mesh whose sizes
+    do not multiply to the job's processes (this machine's, or a cluster's plan)."""
+    processes = plan.num_processes * config.num_nodes
+    if config.fsdp is not None and processes < 2:
         raise ConfigError(
             "fsdp",
             config.fsdp.sharding_strategy,
@@ -69,8 +82,14 @@ def plan_for(config: LaunchConfig, machine: hardware.Machine | None = None) -> h
         from ..options.parallelism import ParallelismConfig
 
         mesh = ParallelismConfig(**config.parallelism_config)
-        mesh.check(plan.num_processes * config.num_nodes)
-    return plan
+        mesh.check(processes)
+
+
+def banner(config: LaunchConfig, plan: hardware.Plan, kept: str = "") -> str:
+    """The launch's first line (what runs where; ``kept``: a session's words), and which of
+    its values came from the config file."""
+    note = config.file_note()
+    return plan.describe(config.num_nodes) + kept + (f"\n{note}" if note else "")
 
 
 def layout_for(
@@ -96,3 +115,18 @@ def layout_for(
         master_addr="127.0.0.1" if config.num_nodes == 1 else config.master_addr,
         extra_env=tuple(extra),
     )
+
+
+def watch_for_stop(stop: threading.Event | None, why: str, then: Watch = None) -> Watch:
+    """[panel hook, faces/panel.py; Job.stop] A set ``stop`` ends the wait as an interrupt does
+    (``KeyboardInterrupt(why)``); ``then``: the watch to call after the look."""
+    if stop is None:
+        return then
+
+    def check() -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt(why)
+        if then is not None:
+            then()
+
+    return check

@@ -1,9 +1,9 @@
-"""Where the ranks of a launch run, behind one interface.
+"""Where the ranks of a launch run when it is not this machine, behind one interface.
 
     launcher.py: validate (LaunchConfig), pickle the payload (payload.build)
       config.cluster is None   -> this machine: local/engine.py (forkserver) or local/xla/
       config.cluster = "ray"   -> for_cluster(config) -> ray/driver.py's RayBackend
-      run_with_restarts(backend, ...): banner, attempts, restarts, display closed at the end
+      then, as on this machine: the banner, attempts and restarts (launcher._attempts)
 
 A backend decides the plan from what it can reach (``plan``), takes the payload once
 (``prepare``: a cluster puts it, and its large buffers, where every machine can read
@@ -16,20 +16,17 @@ one more module implementing ``Backend`` and one more case in ``for_cluster``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from ... import hardware
 from ...config import LaunchConfig
-from ...errors import ConfigError, LaunchTimeoutError
+from ...errors import ConfigError
+from ..plan import Watch
 from ..show.display import Display
 from ..wire.payload import Payload
 from ..wire.pickling import Outgoing
 
-__all__ = ["Backend", "for_cluster", "run_with_restarts"]
-
-Watch = Callable[[], None] | None
+__all__ = ["Backend", "for_cluster"]
 
 
 class Backend(Protocol):
@@ -62,42 +59,3 @@ def for_cluster(config: LaunchConfig) -> Backend:
 
         return RayBackend(config)
     raise ConfigError("cluster", cluster, "None, 'ray' or 'ray://HOST:PORT'")
-
-
-def run_with_restarts(
-    backend: Backend,
-    config: LaunchConfig,
-    payload: Payload,
-    buffers: list[Outgoing],
-    display: Display,
-    watch: Watch,
-) -> list[Any]:
-    """The launcher's attempts on ``backend``: restart every rank up to ``max_restarts`` times."""
-    plan = backend.plan()
-    if config.fsdp is not None and plan.num_processes < 2:
-        raise ConfigError("fsdp", config.fsdp.sharding_strategy, "FSDP with num_processes >= 2")
-    backend.prepare(payload, buffers)
-    try:
-        note = config.file_note()
-        display.banner(plan.describe() + (f"\n{note}" if note else ""))
-        attempt = 0
-        # timeout= bounds the whole launch, restarts included (as on this machine).
-        deadline = None if config.timeout is None else time.monotonic() + config.timeout
-        while True:
-            left = None if deadline is None else max(0.001, deadline - time.monotonic())
-            try:
-                return backend.run(attempt, display, left, watch)
-            except LaunchTimeoutError:
-                raise LaunchTimeoutError(config.timeout) from None  # type: ignore[arg-type]
-            except Exception as exc:  # not KeyboardInterrupt: the stop button is final
-                if attempt >= config.max_restarts:
-                    raise
-                attempt += 1
-                lines = str(exc).strip().splitlines()
-                display.banner(
-                    f"{type(exc).__name__}: {lines[0] if lines else ''} -- restarting every "
-                    f"process (restart {attempt} of {config.max_restarts})"
-                )
-    finally:
-        backend.close()
-        display.close()

@@ -37,7 +37,7 @@ from typing import Any
 
 from ...errors import LaunchTimeoutError, WorkerDiedError
 from ...reporting.channel import Failure, Health, Metrics, Progress, Result, receive
-from ..plan import Layout
+from ..plan import Layout, Watch
 from ..rank import worker as worker_module
 from ..show.display import Display
 from ..wire.outcome import is_collateral, rebuild
@@ -101,11 +101,9 @@ class Engine:
         display: Display,
         port: int,
         start_method: str = "auto",
-        watch: Callable[[], None] | None = None,
+        watch: Watch = None,
     ) -> None:
         self.layout = layout
-        # Called every tick while waiting; raising from it stops the launch (another machine
-        # of the group restarted or failed, see group.py).
         self.watch = watch
         self.payload = payload
         self.display = display

@@ -45,7 +45,7 @@ from ... import env
 from ...config import LaunchConfig
 from ...errors import ConfigError, LaunchTimeoutError, SessionClosedError, WorkerDiedError
 from ..meet.rendezvous import Meeting
-from ..plan import Layout, layout_for, plan_for
+from ..plan import Layout, banner, layout_for, plan_for, watch_for_stop
 from ..rank import serve
 from ..show import charts
 from ..show.background import CellDisplay
@@ -181,17 +181,6 @@ class _Task:
     settled: bool = False  # every rank of it answered: the workers are free for the next
 
 
-def _stop_check(stop: threading.Event | None, why: str) -> Callable[[], None] | None:
-    if stop is None:
-        return None
-
-    def check() -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt(why)
-
-    return check
-
-
 def _reject(**options: Any) -> None:
     """What a session cannot do yet, named before anything starts."""
     accepted = {"cluster": (None, "None"), "num_nodes": (1, "1"), "max_restarts": (0, "0")}
@@ -282,11 +271,7 @@ class Workers:
         config, plan = self.config, self.plan
         warm_up(config.start_method)
         display = Display(output=config.output)
-        note = config.file_note()
-        display.banner(
-            f"{plan.describe()}, kept for this session (close() ends them)"
-            + (f"\n{note}" if note else "")
-        )
+        display.banner(banner(config, plan, ", kept for this session (close() ends them)"))
         stack = contextlib.ExitStack()
         try:
             # The session's workers meet once, privately (rendezvous.py: a memfd FileStore).
@@ -415,7 +400,7 @@ class Workers:
         ):
             raise ConfigError("timeout", timeout, "a number of seconds > 0, or None")
         payload, buffers = build(function, args, kwargs, {})
-        pool.display, pool.watch = display, _stop_check(stop, "the job was stopped")
+        pool.display, pool.watch = display, watch_for_stop(stop, "the job was stopped")
         if pool.dead():  # while idle: its output and its end go to this task's display
             self._died()
         inputs = transport().ship(buffers, results=False, kept=True)

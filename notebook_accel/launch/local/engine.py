@@ -46,7 +46,7 @@ from ..wire.transport import unpack
 from .forkserver import context, main_hidden
 from .idle import discard, hand_over, idle_pool
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "Rank"]
 
 _TICK = 0.25  # seconds between checks when nothing arrives
 _DRAIN = 1.0  # seconds to wait for output after a worker ended
@@ -57,7 +57,9 @@ _EXIT_GRACE = 5.0  # seconds a worker that returned its result gets to exit by i
 
 
 @dataclass
-class _Rank:
+class Rank:
+    """One worker of the engine: its process, pipes, and what it said."""
+
     rank: int
     process: BaseProcess
     messages: Connection
@@ -89,10 +91,24 @@ def _signal_group(proc: BaseProcess, sig: int) -> None:
 
 
 class Engine:
-    """One launch on this machine: ``run()`` returns every local rank's result, in order."""
+    """One launch on this machine: ``run()`` returns every local rank's result, in order.
 
-    # What each worker process runs; a session's workers run launch/rank/serve.py's loop instead.
-    entry: Callable[..., None] = staticmethod(worker_module.main)
+    A session (session.py) drives the same workers through the rest of the public surface:
+    ``start``, ``await_answers``, ``first_problem``, ``interrupt``, ``wait_answered``,
+    ``ended``, ``flush_output``, ``forget_answers``, ``stop``, ``close``; its workers run
+    ``entry`` (rank/serve.py's loop) with a commands pipe each (``commands``).
+
+    Args:
+        layout: where this machine's ranks sit.
+        payload: what every rank gets at its start (a launch's call).
+        display: where output, bars and rank states go (``display`` may be changed between
+            a session's tasks, as may ``watch`` and ``payload``).
+        port: the workers' MASTER_PORT.
+        start_method: ``"auto"``, ``"forkserver"`` or ``"spawn"``.
+        watch: called every tick while waiting; what it raises stops the wait.
+        entry: what each worker process runs (rank/worker.py's ``main``).
+        commands: give each worker a commands pipe (its parent end in ``commands[rank]``).
+    """
 
     def __init__(
         self,
@@ -102,25 +118,35 @@ class Engine:
         port: int,
         start_method: str = "auto",
         watch: Watch = None,
+        entry: Callable[..., None] = worker_module.main,
+        commands: bool = False,
     ) -> None:
         self.layout = layout
         self.watch = watch
         self.payload = payload
         self.display = display
         self.port = port
+        self.entry = entry
         self.ctx = context(start_method)
-        self.ranks: list[_Rank] = []
+        self.ranks: list[Rank] = []
+        self.commands: dict[int, Connection] = {}
+        self._with_commands = commands
         self._stopping_since: float | None = None
         self.selector = selectors.DefaultSelector()
 
     # -- starting ---------------------------------------------------------------------------
-    def _start_one(self, local_rank: int, *extra: Connection) -> _Rank:
-        """Start one worker; ``extra`` are more child ends for the entry (passed, then closed)."""
+    def _start_one(self, local_rank: int) -> Rank:
+        """Start one worker with its pipes (the child ends passed to it, then closed here)."""
         pipe = self.ctx.Pipe
         msg_r, msg_w = pipe(duplex=False)
         out_r, out_w = pipe(duplex=False)
         err_r, err_w = pipe(duplex=False)
         life_r, life_w = pipe(duplex=False)
+        extra: tuple[Connection, ...] = ()
+        commands: Connection | None = None
+        if self._with_commands:
+            theirs, commands = pipe(duplex=False)
+            extra = (theirs,)
         worker_env = self.layout.worker_env(local_rank, self.port)
         args = (worker_env, self.payload, msg_w, out_w, err_w, life_r, *extra)
         name = f"notebook-accel-rank-{worker_env.rank}"
@@ -134,7 +160,9 @@ class Engine:
         finally:
             for end in (msg_w, out_w, err_w, life_r, *extra):
                 end.close()  # the child has its copies; ours would hide EOF
-        rank = _Rank(worker_env.rank, proc, msg_r, out_r, err_r, life_w)
+        rank = Rank(worker_env.rank, proc, msg_r, out_r, err_r, life_w)
+        if commands is not None:
+            self.commands[rank.rank] = commands
         self.selector.register(msg_r, selectors.EVENT_READ, (rank, "messages"))
         self.selector.register(out_r, selectors.EVENT_READ, (rank, "stdout"))
         self.selector.register(err_r, selectors.EVENT_READ, (rank, "stderr"))
@@ -168,7 +196,7 @@ class Engine:
                 self.display.rank_state(self.ranks[-1].rank, "running")
 
     # -- supervising ------------------------------------------------------------------------
-    def _handle(self, rank: _Rank, what: str) -> None:
+    def _handle(self, rank: Rank, what: str) -> None:
         if what in ("stdout", "stderr"):
             # Bars the worker sent before printing these bytes go first (their marks pull in
             # the output that preceded them).
@@ -193,7 +221,7 @@ class Engine:
                 stopped = self._stopping_since is not None
                 self.display.rank_state(rank.rank, "stopped" if stopped else "failed")
 
-    def _read_messages(self, rank: _Rank) -> None:
+    def _read_messages(self, rank: Rank) -> None:
         conn = rank.messages
         if conn.closed:
             return
@@ -208,7 +236,7 @@ class Engine:
             conn.close()
 
     # -- [ordering] a rank's lines and bars in the order the worker produced them ----------
-    def _relay(self, rank: _Rank, stream: str, count: int, data: bytes | None = None) -> None:
+    def _relay(self, rank: Rank, stream: str, count: int, data: bytes | None = None) -> None:
         """Feed the display ``count`` bytes of held (then new) output; hold the rest."""
         buffered = rank.held[stream] + (data or b"")
         out, rank.held[stream] = buffered[:count], buffered[count:]
@@ -216,7 +244,7 @@ class Engine:
             rank.relayed[stream] += len(out)
             self.display.feed(rank.rank, stream, out)
 
-    def _catch_up(self, rank: _Rank, marks: tuple[int, int]) -> None:
+    def _catch_up(self, rank: Rank, marks: tuple[int, int]) -> None:
         """Show the output the worker wrote before this message, and nothing after it.
 
         The worker flushed those bytes before sending the message, so they are in the pipe;
@@ -238,7 +266,7 @@ class Engine:
             if wanted > 0:
                 self._relay(rank, stream, wanted)
 
-    def _dispatch(self, rank: _Rank, message: Any) -> None:
+    def _dispatch(self, rank: Rank, message: Any) -> None:
         if isinstance(message, Result):
             rank.result = message
             self.display.rank_state(rank.rank, "finished")
@@ -258,19 +286,20 @@ class Engine:
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.selector.unregister(fileobj)
 
-    def _poll(self, timeout: float) -> None:
+    def poll(self, timeout: float) -> None:
+        """Handle what arrives within ``timeout`` seconds (output, messages, deaths)."""
         for key, _ in self.selector.select(timeout):
             rank, what = key.data
             self._handle(rank, what)
 
-    def _first_problem(self) -> BaseException | None:
+    def first_problem(self) -> BaseException | None:
         """The root cause among the failures and deaths seen so far.
 
         A rank whose peer died often fails a moment later inside a collective ("Connection
         closed by peer"); such a failure is collateral and yields to the death or failure
         that caused it. Ranks that ended after the launcher began stopping them do not count.
         """
-        candidates: list[tuple[bool, float, _Rank]] = []
+        candidates: list[tuple[bool, float, Rank]] = []
         for rank in self.ranks:
             if rank.failure is not None:
                 candidates.append((is_collateral(rank.failure), rank.failure.time, rank))
@@ -296,7 +325,7 @@ class Engine:
         return time.time() - min(failure.time for failure in failures) < _CAUSE_WAIT
 
     def await_answers(
-        self, ranks: list[_Rank], deadline: float | None, timeout: float | None
+        self, ranks: list[Rank], deadline: float | None, timeout: float | None
     ) -> BaseException | None:
         """Relay output until each of ``ranks`` has sent its Result: ``None`` then.
 
@@ -305,9 +334,9 @@ class Engine:
         whatever ``watch`` raises.
         """
         while True:
-            problem = self._first_problem()
+            problem = self.first_problem()
             if problem is not None and self._awaiting_cause():
-                self._poll(0.05)
+                self.poll(0.05)
                 continue
             if problem is not None:
                 return problem
@@ -322,7 +351,7 @@ class Engine:
                 if left <= 0:
                     raise LaunchTimeoutError(timeout)  # type: ignore[arg-type]
                 wait = min(wait, left)
-            self._poll(wait)
+            self.poll(wait)
 
     def supervise(self, timeout: float | None) -> list[Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -330,13 +359,62 @@ class Engine:
         if problem is not None:
             self.stop(grace=2.0)
             # A failure seen later may be the consequence of an earlier one elsewhere.
-            raise self._first_problem() or problem
+            raise self.first_problem() or problem
         # Every rank has answered: let them finish exiting, then relay their last lines.
-        end = time.monotonic() + _EXIT_GRACE
-        while time.monotonic() < end and not all(r.exited for r in self.ranks):
-            self._poll(0.05)
+        self.wait_for_exits(_EXIT_GRACE)
         self._drain(time.monotonic() + _DRAIN)
         return [self._value(r.result) for r in self.ranks]  # type: ignore[arg-type]
+
+    def wait_for_exits(self, seconds: float) -> None:
+        """Relay until every worker has exited, ``seconds`` at most."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not all(r.exited for r in self.ranks):
+            self.poll(0.05)
+
+    # -- [session] the same workers, task after task (session.py) ---------------------------
+    def answered(self, ranks: list[Rank]) -> bool:
+        """Whether each of ``ranks`` has sent its Result or Failure."""
+        return all(r.result is not None or r.failure is not None for r in ranks)
+
+    def wait_answered(self, ranks: list[Rank], seconds: float) -> bool:
+        """Relay until every one of ``ranks`` answered (True), or a death or ``seconds``."""
+        end = time.monotonic() + seconds
+        while not self.ended():
+            if self.answered(ranks):
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            self.poll(min(left, 0.05))
+        return False
+
+    def ended(self) -> bool:
+        """Whether a worker ended (seen now: a sentinel is ready even while idle)."""
+        self.poll(0)
+        return any(r.died_at is not None or r.exited for r in self.ranks)
+
+    def interrupt(self, ranks: list[Rank]) -> None:
+        """SIGINT to each of ``ranks`` still at work: a KeyboardInterrupt in its code."""
+        for rank in ranks:
+            pid = rank.process.pid
+            if rank.result is None and rank.failure is None and pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+
+    def flush_output(self) -> None:
+        """Relay what the workers wrote before they answered, partial last lines too."""
+        for rank in self.ranks:
+            for stream in ("stdout", "stderr"):
+                conn = rank.pipe(stream)
+                while stream in rank.open_streams and conn.poll(0):
+                    self._handle(rank, stream)
+                self._relay(rank, stream, len(rank.held[stream]))
+                self.display.end(rank.rank, stream)
+
+    def forget_answers(self) -> None:
+        """A task is over: a later ending of a rank without an answer is a death."""
+        for rank in self.ranks:
+            rank.result = rank.failure = None
 
     def _value(self, result: Result) -> Any:
         if self.payload.shipment is None:
@@ -346,7 +424,7 @@ class Engine:
     def _drain(self, until: float) -> None:
         """Relay the output the workers wrote before they ended."""
         while any(r.open_streams for r in self.ranks) and time.monotonic() < until:
-            self._poll(max(0.0, min(_TICK, until - time.monotonic())))
+            self.poll(max(0.0, min(_TICK, until - time.monotonic())))
 
     # -- stopping ---------------------------------------------------------------------------
     def stop(self, grace: float) -> None:
@@ -358,7 +436,7 @@ class Engine:
             _signal_group(rank.process, signal.SIGTERM)
         end = time.monotonic() + grace
         while time.monotonic() < end and any(r.process.exitcode is None for r in alive):
-            self._poll(0.05)
+            self.poll(0.05)
         for rank in self.ranks:
             _signal_group(rank.process, signal.SIGKILL)
         for rank in self.ranks:
@@ -387,6 +465,8 @@ class Engine:
                 self._relay(rank, stream, len(rank.held[stream]))
             self.display.end(rank.rank, "stdout")
             self.display.end(rank.rank, "stderr")
+        for conn in self.commands.values():
+            conn.close()
         self.selector.close()
 
     def run(self, timeout: float | None) -> list[Any]:

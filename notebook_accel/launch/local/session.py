@@ -20,6 +20,12 @@ a worker died (now, or while idle)                  -> the others stopped: close
 close(): an empty command to each                   -> leave the group together, exit
   (SIGTERM then SIGKILL after the grace); fds, store and results segment released
 a killed kernel: each worker's lifeline ends it (worker.py)
+
+States (State): OPEN (idle) -> RUNNING (a task; _begin) -> OPEN (every rank answered, or came
+back sound after a fault; _finish) or CLOSED. Every ending goes through ``_end(why)``: the
+workers stopped (asked to leave first by close()), then the engine, store and results segment
+released by one finalizer, which is also what a garbage-collected session runs. The session
+holds its Engine (engine.py) and drives it through the engine's public methods.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import enum
 import itertools
 import multiprocessing.util  # noqa: F401  (its exit handler must be registered before ours)
 import os
@@ -38,14 +45,13 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from ... import env
 from ...config import LaunchConfig
 from ...errors import ConfigError, LaunchTimeoutError, SessionClosedError, WorkerDiedError
 from ..meet.rendezvous import Meeting
-from ..plan import Layout, banner, layout_for, plan_for, watch_for_stop
+from ..plan import banner, layout_for, plan_for, watch_for_stop
 from ..rank import serve
 from ..show import charts
 from ..show.background import CellDisplay
@@ -53,13 +59,10 @@ from ..show.display import Display
 from ..wire.payload import Payload, build
 from ..wire.shm import shipped, transport
 from ..wire.transport import Paired, Shipment, unpack
-from .engine import Engine
+from .engine import Engine, Rank
 from .forkserver import warm_up
 
-if TYPE_CHECKING:
-    from .engine import _Rank
-
-__all__ = ["Job", "Workers", "latest"]
+__all__ = ["Job", "State", "Workers", "latest"]
 
 # Workers' arguments that go to LaunchConfig as they are.
 _OPTIONS = (
@@ -88,97 +91,24 @@ _CLOSED = (
 )
 
 
-class _Pool(Engine):
-    """The engine's workers and relay, each worker serving tasks (serve.main)."""
+class State(enum.Enum):
+    """Where a session is: each move between them is one line of this module."""
 
-    entry = staticmethod(serve.main)
-
-    def __init__(
-        self, layout: Layout, payload: Payload, display: Display, port: int, start_method: str
-    ) -> None:
-        super().__init__(layout, payload, display, port, start_method)
-        self.commands: dict[int, Connection] = {}
-
-    def _start_one(self, local_rank: int, *extra: Connection) -> _Rank:
-        theirs, ours = self.ctx.Pipe(duplex=False)
-        rank = super()._start_one(local_rank, *extra, theirs)
-        self.commands[rank.rank] = ours
-        return rank
-
-    def send(self, ranks: list[_Rank], task: Payload | None) -> None:
-        """Each rank its own pickle of the task (each gets its own copies of the fds)."""
-        for rank in ranks:
-            self.display.rank_state(rank.rank, "running")
-        for rank in ranks:
-            data = b"" if task is None else pickle.dumps(task, protocol=pickle.HIGHEST_PROTOCOL)
-            self.commands[rank.rank].send_bytes(data)
-
-    def interrupt(self, ranks: list[_Rank]) -> None:
-        """SIGINT to each rank still running its task: a KeyboardInterrupt in its code."""
-        for rank in ranks:
-            pid = rank.process.pid
-            if rank.result is None and rank.failure is None and pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGINT)
-
-    def settle(self, ranks: list[_Rank], seconds: float) -> bool:
-        """Relay until every one of ``ranks`` answered (True), or a death or ``seconds``."""
-        end = time.monotonic() + seconds
-        while not self.dead():
-            if all(r.result is not None or r.failure is not None for r in ranks):
-                return True
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            self._poll(min(left, 0.05))
-        return False
-
-    def dead(self) -> bool:
-        """Whether a worker ended (seen now: a sentinel is ready even while idle)."""
-        self._poll(0)
-        return any(r.died_at is not None or r.exited for r in self.ranks)
-
-    def flush_output(self) -> None:
-        """Relay what the workers wrote before they answered, partial last lines too."""
-        for rank in self.ranks:
-            for stream in ("stdout", "stderr"):
-                conn = rank.pipe(stream)
-                while stream in rank.open_streams and conn.poll(0):
-                    self._handle(rank, stream)
-                self._relay(rank, stream, len(rank.held[stream]))
-                self.display.end(rank.rank, stream)
-
-    def forget(self) -> None:
-        """The task is over: a later ending of a rank without an answer is a death."""
-        for rank in self.ranks:
-            rank.result = rank.failure = None
-
-    def leave(self, seconds: float) -> None:
-        """Ask every worker to leave the group and exit; wait up to ``seconds``."""
-        for conn in self.commands.values():
-            with contextlib.suppress(OSError):
-                conn.send_bytes(b"")
-        end = time.monotonic() + seconds
-        while not all(r.exited for r in self.ranks) and time.monotonic() < end:
-            self._poll(0.05)
-
-    def close(self) -> None:
-        super().close()
-        for conn in self.commands.values():
-            conn.close()
+    OPEN = "open"  # the workers are idle: the next task may start
+    RUNNING = "running"  # a task's ranks are at work (or being brought back)
+    CLOSED = "closed"  # the workers are gone (Workers._why says why)
 
 
 @dataclass
 class _Task:
     """One piece of work on some of the session's ranks."""
 
-    ranks: list[_Rank]
+    ranks: list[Rank]
     payload: Payload
     inputs: Shipment
     display: Display
     timeout: float | None
     deadline: float | None
-    settled: bool = False  # every rank of it answered: the workers are free for the next
 
 
 def _reject(**options: Any) -> None:
@@ -257,10 +187,13 @@ class Workers:
                 "On TPUs, notebook_launcher runs each launch.",
             )
         self._lock = threading.Lock()  # one task at a time
-        self._pool: _Pool | None = None
+        self._engine: Engine | None = None  # its workers, while not CLOSED
         self._results: Shipment | None = None
-        self._end: weakref.finalize[Any, Any] | None = None
-        self._closed: str | None = "not started"
+        # Releases the engine, the store and the results segment (killing what is left):
+        # called by _end, and by the garbage collector for a session nobody holds.
+        self._release: weakref.finalize[Any, Any] | None = None
+        self._state = State.CLOSED
+        self._why = "not started"  # why it is CLOSED
         self._job: Job | None = None
         self._cells = itertools.count(1)
         self._start()
@@ -279,31 +212,49 @@ class Workers:
             results = stack.enter_context(shipped([]))  # a results segment, no data
             payload = Payload(b"", tuple(sys.path), os.getcwd(), env.snapshot(), shipment=results)
             layout = layout_for(config, plan, 0, store)
-            pool = _Pool(layout, payload, display, port, config.start_method)
-            stack.callback(pool.close)
-            pool.start()
-            problem = pool.await_answers(pool.ranks, None, None)  # each rank: ready
+            engine = Engine(
+                layout,
+                payload,
+                display,
+                port,
+                config.start_method,
+                entry=serve.main,
+                commands=True,
+            )
+            stack.callback(engine.close)
+            engine.start()
+            problem = engine.await_answers(engine.ranks, None, None)  # each rank: ready
             if problem is not None:
                 raise problem
         except BaseException:
             stack.close()
             raise
-        pool.forget()
-        self._pool, self._results, self._closed = pool, results, None
-        # A session nobody holds any more ends with it.
-        self._end = weakref.finalize(self, stack.close)
+        engine.forget_answers()
+        self._engine, self._results = engine, results
+        self._state = State.OPEN
+        self._release = weakref.finalize(self, stack.close)
 
-    def _shutdown(self, why: str) -> None:
-        """Release everything (the workers are killed if still there)."""
-        self._closed = why
-        self._pool = None
-        if self._end is not None:
-            self._end()
-
-    def _teardown(self, why: str) -> None:
-        if self._pool is not None:
-            self._pool.stop(grace=1.0)
-        self._shutdown(why)
+    def _end(self, why: str, leave: bool = False) -> None:
+        """The one way a session ends: its workers stopped (with ``leave``, first asked to
+        leave their process group and exit), then everything it holds released."""
+        engine = self._engine
+        try:
+            if engine is not None and leave:
+                engine.display = Display(output=self.config.output)  # the closing cell's
+                engine.watch = None
+                for conn in engine.commands.values():
+                    with contextlib.suppress(OSError):
+                        conn.send_bytes(b"")  # serve.main: leave the group, exit
+                engine.wait_for_exits(_CLOSE_GRACE)
+        finally:
+            try:
+                if engine is not None:
+                    engine.stop(grace=1.0)  # whoever did not leave by itself
+            finally:
+                self._engine = None
+                self._state, self._why = State.CLOSED, why
+                if self._release is not None:
+                    self._release()
 
     def close(self) -> None:
         """End the workers: they leave their process group and exit (killed if they do not).
@@ -314,16 +265,8 @@ class Workers:
         if job is not None:
             job.stop()
         with self._turn():
-            pool = self._pool
-            if pool is None:
-                return
-            pool.display = Display(output=self.config.output)
-            pool.watch = None
-            try:
-                pool.leave(_CLOSE_GRACE)
-            finally:
-                pool.stop(grace=1.0)  # whoever did not leave by itself
-                self._shutdown("close() was called")
+            if self._state is not State.CLOSED:
+                self._end("close() was called", leave=True)
 
     def restart(self) -> None:
         """Close the workers (if open) and start fresh ones: a new namespace, seeded again."""
@@ -334,7 +277,7 @@ class Workers:
     @property
     def closed(self) -> bool:
         """Whether the workers are gone (``restart()`` starts fresh ones)."""
-        return self._pool is None
+        return self._state is State.CLOSED
 
     @property
     def num_processes(self) -> int:
@@ -348,7 +291,7 @@ class Workers:
         self.close()
 
     def __repr__(self) -> str:
-        state = f"closed: {self._closed}" if self._pool is None else "open"
+        state = f"closed: {self._why}" if self.closed else "open"
         return f"<Workers: {self.plan.num_processes} on {self.plan.label}, {state}>"
 
     # -- work ---------------------------------------------------------------------------------
@@ -367,21 +310,21 @@ class Workers:
         finally:
             self._lock.release()
 
-    def _open_pool(self) -> _Pool:
-        if self._pool is None:
-            raise SessionClosedError(self._closed or "closed")
-        return self._pool
+    def _open_engine(self) -> Engine:
+        if self._engine is None:
+            raise SessionClosedError(self._why)
+        return self._engine
 
-    def _ranks(self, ranks: list[int] | None) -> list[_Rank]:
-        pool = self._open_pool()
+    def _ranks(self, ranks: list[int] | None) -> list[Rank]:
+        engine = self._open_engine()
         if ranks is None:
-            return list(pool.ranks)
-        n = len(pool.ranks)
+            return list(engine.ranks)
+        n = len(engine.ranks)
         if not ranks or any(
             isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n for r in ranks
         ):
             raise ConfigError("ranks", ranks, f"a list of ranks in [0, {n - 1}], or None (all)")
-        return [pool.ranks[r] for r in sorted(set(ranks))]
+        return [engine.ranks[r] for r in sorted(set(ranks))]
 
     def _begin(
         self,
@@ -394,34 +337,42 @@ class Workers:
         stop: threading.Event | None,
     ) -> _Task:
         chosen = self._ranks(ranks)
-        pool = self._open_pool()
+        engine = self._open_engine()
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
         ):
             raise ConfigError("timeout", timeout, "a number of seconds > 0, or None")
         payload, buffers = build(function, args, kwargs, {})
-        pool.display, pool.watch = display, watch_for_stop(stop, "the job was stopped")
-        if pool.dead():  # while idle: its output and its end go to this task's display
+        engine.display, engine.watch = display, watch_for_stop(stop, "the job was stopped")
+        if engine.ended():  # while idle: its output and its end go to this task's display
             self._died()
         inputs = transport().ship(buffers, results=False, kept=True)
         payload = dataclasses.replace(payload, shipment=inputs)
-        pool.payload = payload
+        engine.payload = payload
         timeout = self.config.timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._state = State.RUNNING
         try:
-            pool.send(chosen, payload)
+            for rank in chosen:
+                engine.display.rank_state(rank.rank, "running")
+            for rank in chosen:  # each rank its own pickle (its own copies of the fds)
+                data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+                engine.commands[rank.rank].send_bytes(data)
         except OSError:
             inputs.release()
-            pool.settle(chosen, 1.0)  # the worker's end shows
+            engine.wait_answered(chosen, 1.0)  # the worker's end shows
             self._died()
         return _Task(chosen, payload, inputs, display, timeout, deadline)
 
     def _died(self) -> NoReturn:
-        pool = self._open_pool()
-        problem = pool._first_problem() or WorkerDiedError(-1, -signal.SIGKILL)
-        self._teardown("a worker died")
-        problem.add_note(_CLOSED.format(why="a worker died"))
-        raise problem
+        engine = self._open_engine()
+        raise self._closing(engine.first_problem() or WorkerDiedError(-1, -signal.SIGKILL))
+
+    def _closing(self, root: BaseException, why: str = "a worker died") -> BaseException:
+        """End the session (``why``); ``root``, with a note that says so."""
+        self._end(why)
+        root.add_note(_CLOSED.format(why=why))
+        return root
 
     def _values(self, task: _Task) -> list[Any]:
         assert self._results is not None
@@ -429,43 +380,52 @@ class Workers:
         return [unpack(shipment, r.result) for r in task.ranks if r.result is not None]
 
     def _finish(self, task: _Task) -> list[Any]:
-        pool = self._open_pool()
+        """Every rank's value; or the root cause, the session kept usable or closed."""
+        engine = self._open_engine()
         try:
-            try:
-                problem = pool.await_answers(task.ranks, task.deadline, task.timeout)
-            except LaunchTimeoutError:
-                assert task.timeout is not None
-                late = LaunchTimeoutError(task.timeout, "the run", "its ranks were interrupted")
-                raise self._recover(task, late) from None
-            except KeyboardInterrupt as exc:
-                raise self._recover(task, exc) from None
+            problem = self._wait(engine, task)
             if problem is not None:
-                raise self._recover(task, problem)
-            task.settled = True
+                problem = self._recover(task, problem)
+            if self._state is State.RUNNING:
+                self._state = State.OPEN  # every rank answered: free for the next task
+            if problem is not None:
+                raise problem
             return self._values(task)
         except BaseException:
-            if self._pool is not None and not task.settled:
-                self._teardown("its relay failed")  # ranks may still be busy: no next task
+            if self._state is State.RUNNING:
+                self._end("its relay failed")  # ranks may still be busy: no next task
             raise
         finally:
             self._end_task(task)
 
-    def _recover(self, task: _Task, cause: BaseException) -> BaseException:
-        """After a failure, a stop or a timeout: interrupt, wait, keep or tear down."""
-        pool = self._open_pool()
-        if isinstance(cause, WorkerDiedError) or pool.dead():
-            root = pool._first_problem() or cause
-            self._teardown("a worker died")
-            root.add_note(_CLOSED.format(why="a worker died"))
-            return root
-        pool.interrupt(task.ranks)
+    @staticmethod
+    def _wait(engine: Engine, task: _Task) -> BaseException | None:
+        """Relay until every rank of ``task`` answered (None), or what went wrong."""
         try:
-            back = task.settled = pool.settle(task.ranks, _GRACE)
+            return engine.await_answers(task.ranks, task.deadline, task.timeout)
+        except LaunchTimeoutError:
+            assert task.timeout is not None
+            return LaunchTimeoutError(task.timeout, "the run", "its ranks were interrupted")
+        except KeyboardInterrupt as exc:
+            return exc
+
+    def _recover(self, task: _Task, cause: BaseException) -> BaseException:
+        """After a failure, a stop or a timeout: interrupt, wait, keep or end the session.
+
+        Returns the root cause with a note on the session's state (CLOSED unless every rank
+        came back and the process group answers a probe).
+        """
+        engine = self._open_engine()
+        if isinstance(cause, WorkerDiedError) or engine.ended():
+            return self._closing(engine.first_problem() or cause)
+        engine.interrupt(task.ranks)
+        try:
+            back = engine.wait_answered(task.ranks, _GRACE)
             failure = not isinstance(cause, KeyboardInterrupt | LaunchTimeoutError)
-            root = (pool._first_problem() or cause) if failure else cause
+            root = (engine.first_problem() or cause) if failure else cause
             sound = back and self._sound(task)
         except BaseException:  # the stop button again: no more waiting
-            self._teardown("stopped again while its ranks were being interrupted")
+            self._end("stopped again while its ranks were being interrupted")
             raise
         if sound:
             root.add_note(_USABLE)
@@ -475,17 +435,15 @@ class Workers:
             if not back
             else "its process group no longer answered"
         )
-        self._teardown(why)
-        root.add_note(_CLOSED.format(why=why))
-        return root
+        return self._closing(root, why)
 
     def _sound(self, task: _Task) -> bool:
         """Every rank answers a probe of the process group in time (serve.probe)."""
-        pool = self._open_pool()
-        pool.forget()
+        engine = self._open_engine()
+        engine.forget_answers()
         probe = self._begin(serve.probe, (_GRACE,), None, None, task.display, _GRACE + 2, None)
         try:
-            problem = pool.await_answers(probe.ranks, probe.deadline, probe.timeout)
+            problem = engine.await_answers(probe.ranks, probe.deadline, probe.timeout)
             return problem is None and all(self._values(probe))
         except LaunchTimeoutError:
             return False
@@ -493,11 +451,11 @@ class Workers:
             probe.inputs.release()
 
     def _end_task(self, task: _Task) -> None:
-        pool = self._pool
-        if pool is not None:
-            pool.flush_output()
-            pool.forget()
-            pool.watch = None
+        engine = self._engine
+        if engine is not None:
+            engine.flush_output()
+            engine.forget_answers()
+            engine.watch = None
         task.display.close()
         task.inputs.release()
 
@@ -721,8 +679,8 @@ def _close_all() -> None:
     """
     for ref in _sessions:
         session = ref()
-        if session is not None and session._end is not None:
-            session._end()
+        if session is not None and not session.closed:
+            session._end("the interpreter exited")
 
 
 atexit.register(_close_all)

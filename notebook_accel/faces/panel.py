@@ -15,9 +15,10 @@ and Launch becomes Run: ``Workers.call(function, args, display=_PanelDisplay, st
 on the session's workers (which keep their namespace); Stop interrupts the run, and the
 session stays usable when every rank comes back.
 
-The panel holds no launch logic: validation is LaunchConfig's and hardware.resolve's, the
-launch is ``notebook_accel.launch.launch``. The launch runs in a thread so that the kernel keeps
-serving widget messages (the Stop button) while the workers run.
+The panel holds no launch logic: validation is LaunchConfig's and the launch's plan's
+(launch/plan.py, options/rules.py), the launch is ``notebook_accel.launch.launch``. The launch
+runs in a thread so that the kernel keeps serving widget messages (the Stop button) while the
+workers run.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .. import hardware
 from ..config import LaunchConfig, load_file, save_file
 from ..errors import ConfigError, NotebookAccelError
 from ..launch.local.session import Workers
+from ..launch.plan import plan_for
 from ..launch.show import charts
 from ..launch.show.display import Bar, Display, Sink, meter
 from ..reporting.channel import Health, Progress
@@ -294,7 +296,7 @@ class LaunchPanel(w.VBox):
         try:
             config = self.launch_config
             if config.cluster is None:  # bad choices are reported before starting
-                hardware.resolve(config, self.machine)
+                plan_for(config, self.machine)  # the launch's own checks (options/rules.py)
         except ConfigError as exc:
             self._say(str(exc), warn=True)
             return

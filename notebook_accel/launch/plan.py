@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .. import env, hardware
 from ..config import LaunchConfig
-from ..errors import ConfigError
+from ..options import rules
 from .meet.network import network_env
 
 __all__ = ["Layout", "Watch", "banner", "checked_size", "layout_for", "plan_for", "watch_for_stop"]
@@ -68,21 +68,14 @@ def plan_for(config: LaunchConfig, machine: hardware.Machine | None = None) -> h
 
 
 def checked_size(config: LaunchConfig, plan: hardware.Plan) -> None:
-    """Refuse options the job's size does not allow: FSDP in one process, a mesh whose sizes
-    do not multiply to the job's processes (this machine's, or a cluster's plan)."""
-    processes = plan.num_processes * config.num_nodes
-    if config.fsdp is not None and processes < 2:
-        raise ConfigError(
-            "fsdp",
-            config.fsdp.sharding_strategy,
-            "FSDP with at least 2 processes (num_processes >= 2)",
-            "With one process there is nothing to shard: pass fsdp=None.",
-        )
-    if config.parallelism_config is not None:
-        from ..options.parallelism import ParallelismConfig
-
-        mesh = ParallelismConfig(**config.parallelism_config)
-        mesh.check(processes)
+    """Refuse options the job's size does not allow (options/rules.py: FSDP in one process,
+    a mesh whose sizes do not multiply to the job's processes), on this machine's plan or a
+    cluster's."""
+    rules.sized(
+        plan.num_processes * config.num_nodes,
+        fsdp=None if config.fsdp is None else config.fsdp.sharding_strategy,
+        mesh=config.parallelism_config,
+    )
 
 
 def banner(config: LaunchConfig, plan: hardware.Plan, kept: str = "") -> str:

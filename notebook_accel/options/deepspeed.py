@@ -34,7 +34,6 @@ __all__ = [
     "ZERO_STAGES",
     "OFFLOAD_DEVICES",
     "coerce_option",
-    "precisions",
 ]
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -334,17 +333,6 @@ def _fill_sizes(zero: dict[str, Any], hidden: int | None, device_type: str) -> N
             continue
         rule = rules.get(key)
         zero[key] = default if hidden is None or rule is None else rule(hidden)
-
-
-def precisions(device_type: str) -> tuple[str, ...]:
-    """The ``mixed_precision`` values DeepSpeed trains with on ``device_type``: its CPU
-    accelerator refuses fp16 ("Type fp16 is not supported on your device").
-
-    Example:
-        >>> precisions("cpu")
-        ('no', 'bf16')
-    """
-    return ("no", "bf16") if device_type == "cpu" else ("no", "fp16", "bf16")
 
 
 def coerce_option(value: object) -> dict[str, Any] | None:

@@ -50,6 +50,7 @@ from typing import Any, NoReturn
 from ... import env
 from ...config import LaunchConfig
 from ...errors import ConfigError, LaunchTimeoutError, SessionClosedError, WorkerDiedError
+from ...options import rules
 from ..meet.rendezvous import Meeting
 from ..plan import banner, layout_for, plan_for, watch_for_stop
 from ..rank import serve
@@ -111,22 +112,6 @@ class _Task:
     deadline: float | None
 
 
-def _reject(**options: Any) -> None:
-    """What a session cannot do yet, named before anything starts."""
-    accepted = {"cluster": (None, "None"), "num_nodes": (1, "1"), "max_restarts": (0, "0")}
-    hints = {
-        "cluster": "A session's workers run on this machine; notebook_launcher(cluster=...) "
-        "runs one launch on a cluster.",
-        "num_nodes": "A session runs on this machine; notebook_launcher(num_nodes=...) runs "
-        "one launch on several.",
-        "max_restarts": "After a failure, restart() starts fresh workers.",
-    }
-    for name, value in options.items():
-        default, shown = accepted[name]
-        if value is not None and value != default:
-            raise ConfigError(name, value, f"{shown} for a session (Workers)", hints[name])
-
-
 class Workers:
     """N worker processes started once and kept, with their memory and process group.
 
@@ -175,17 +160,11 @@ class Workers:
         num_nodes: int | None = None,
         max_restarts: int | None = None,
     ) -> None:
-        _reject(cluster=cluster, num_nodes=num_nodes, max_restarts=max_restarts)
+        rules.for_session(cluster=cluster, num_nodes=num_nodes, max_restarts=max_restarts)
         given = {name: value for name, value in locals().items() if name in _OPTIONS}
         self.config = LaunchConfig.from_defaults(**given, num_nodes=1, max_restarts=0)
         self.plan = plan_for(self.config)
-        if self.plan.backend == "xla":
-            raise ConfigError(
-                "hardware",
-                self.plan.hardware,
-                "'cpu', 'cuda' or 'mps' for a session",
-                "On TPUs, notebook_launcher runs each launch.",
-            )
+        rules.for_session(backend=self.plan.backend, hardware=self.plan.hardware)
         self._lock = threading.Lock()  # one task at a time
         self._engine: Engine | None = None  # its workers, while not CLOSED
         self._results: Shipment | None = None

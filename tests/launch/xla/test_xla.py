@@ -199,7 +199,7 @@ def test_fp16_is_refused_on_xla() -> None:
     from notebook_accel.errors import ConfigError
 
     config = LaunchConfig(hardware="tpu", num_processes=1)
-    with pytest.raises(ConfigError, match="mixed_precision='fp16'.*'no' or 'bf16'"):
+    with pytest.raises(ConfigError, match="mixed_precision='fp16'.*'no', 'bf16' on TPU"):
         launch(train, (), None, config, machine=FAKE_TPU)
 
 

@@ -65,6 +65,7 @@ from typing import Any
 from .... import env, hardware
 from ....config import LaunchConfig
 from ....errors import ConfigError, LaunchTimeoutError, WorkerDiedError
+from ....options import rules
 from ....reporting.channel import Failure, Health, Metrics, Progress, Result
 from ...show.display import Display
 from ...wire.payload import Payload
@@ -247,24 +248,10 @@ class RayBackend:
         """Hardware from the resources each rank requests; ranks bounded by the cluster's."""
         config, ray = self.config, self.ray
         gpu = self.resources.get("GPU", 0) > 0
-        if config.hardware not in ("auto", "cpu", "cuda") or (config.hardware == "cpu" and gpu):
-            raise ConfigError(
-                "hardware",
-                config.hardware,
-                "'auto', 'cpu' or 'cuda' on a Ray cluster ('cuda' when GPU is requested)",
-            )
         total = ray.cluster_resources()
         default = int(total.get("GPU", 0) // self.resources["GPU"]) if gpu else 2
         n = config.num_processes or max(1, default)  # one rank per GPU, else 2 (as locally)
-        for key, amount in self.resources.items():
-            if amount and amount * n > total.get(key, 0):
-                fits = int(total.get(key, 0) // amount)
-                raise ConfigError(
-                    "num_processes",
-                    n,
-                    f"at most {fits} ranks of {self.resources} on this cluster "
-                    f"({total.get(key, 0):g} {key} in all)",
-                )
+        rules.on_cluster(n, hardware=config.hardware, resources=self.resources, total=total)
         # The local rules of precision, for the kind of device each rank gets.
         local = config.replace(
             hardware="cuda" if gpu else "cpu",

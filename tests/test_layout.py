@@ -105,7 +105,7 @@ def part(module: str) -> str:
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in ALLOWED:
         return parts[1]
-    return "ground"  # __init__, errors, env, config, quiet, utils, seeding, options/
+    return "ground"  # __init__, errors, env, config, quiet, utils, seeding, options/, private/
 
 
 def room(module: str) -> str:
@@ -115,7 +115,7 @@ def room(module: str) -> str:
 
 
 def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
-    for name in ("hardware", "launch", "reporting", "training", "faces", "options"):
+    for name in ("hardware", "launch", "reporting", "training", "faces", "options", "private"):
         assert (PACKAGE / name / "__init__.py").is_file(), name
     ground = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert ground == [

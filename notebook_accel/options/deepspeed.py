@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..private import torch as private_torch
 
 __all__ = [
     "DeepSpeedPlugin",
@@ -215,10 +216,10 @@ class DeepSpeedPlugin:
         """
         config = self.init_config()
         import deepspeed
-        import torch._dynamo  # noqa: F401
 
         # zero.Init swaps torch.Tensor.__new__ while open; torch._dynamo checks that
         # signature when first imported (an optimizer's first use imports it) and fails.
+        private_torch.import_dynamo()
         return deepspeed.zero.Init(config_dict_or_path=config)
 
     def init_config(self) -> dict[str, Any]:

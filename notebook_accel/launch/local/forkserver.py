@@ -27,9 +27,10 @@ import sys
 import threading
 import types
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from ... import env
+from ...private import cpython
 from .idle import idle_pool, main_has_file
 
 __all__ = ["context", "main_hidden", "warm_up", "warm_up_early"]
@@ -135,18 +136,15 @@ def _zygote_allowed() -> bool:
 def _start_zygote() -> None:
     """Fork this process as the forkserver (multiprocessing's, its bookkeeping as its own
     start would leave it): it has torch imported already, so it serves at once."""
-    from multiprocessing import connection, forkserver, resource_tracker, util
-
-    server: Any = forkserver._forkserver
-    with server._lock:
-        if server._forkserver_pid is not None:
+    with cpython.forkserver_lock() as running:
+        if running:
             return
-        resource_tracker.ensure_running()
-        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        cpython.start_resource_tracker()
+        address = cpython.unix_listener_address()
         listener = socket.socket(socket.AF_UNIX)
         try:
             listener.bind(address)
-            if not util.is_abstract_socket_namespace(address):
+            if not cpython.is_abstract(address):
                 os.chmod(address, 0o600)
             listener.listen()
             alive_r, alive_w = os.pipe()
@@ -156,9 +154,7 @@ def _start_zygote() -> None:
             os.close(alive_r)
         finally:
             listener.close()
-        server._forkserver_address = address
-        server._forkserver_alive_fd = alive_w
-        server._forkserver_pid = pid
+        cpython.adopt_forkserver(address, alive_w, pid)
 
 
 def _as_a_fresh_interpreter() -> None:
@@ -168,10 +164,7 @@ def _as_a_fresh_interpreter() -> None:
     sys.excepthook = sys.__excepthook__
     sys.breakpointhook = sys.__breakpointhook__
     sys.unraisablehook = sys.__unraisablehook__
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is not None:  # the kernel's event loop is running this cell: not here
-        asyncio.events._set_running_loop(None)
-        asyncio.set_event_loop_policy(None)
+    cpython.forget_running_loop()  # the kernel's event loop is running this cell: not here
     if "IPython" in sys.modules:  # get_ipython() is None in a worker (tqdm.auto, ...)
         import builtins
 
@@ -202,9 +195,7 @@ def _zygote(listener: int, alive_r: int, alive_w: int) -> NoReturn:
             signal.signal(number, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _as_a_fresh_interpreter()
-        from multiprocessing import forkserver
-
-        forkserver.main(listener, alive_r, _PRELOAD)
+        cpython.serve_forkserver(listener, alive_r, _PRELOAD)
     finally:
         os._exit(0)
 

@@ -11,7 +11,7 @@
                                                    in this process: the launch's rank
     IdlePool.close, or this process's exit ----->  EOF on the control pipe: exit, nothing ran
 
-Both ends of the hand-over are here: ``_Handover``/``hand_over`` in the launcher,
+Both ends of the hand-over are here: ``hand_over`` in the launcher,
 ``Passed``/``wait_for_launch`` in the pre-forked worker. Only where ``__main__`` has no file
 (a notebook, ``python -c``): a forkserver start imports a script's ``__main__`` in its
 workers, which would then run the caller's code before any launch asked for it.
@@ -29,11 +29,11 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
-from multiprocessing import reduction
 from multiprocessing.connection import Connection
-from multiprocessing.context import set_spawning_popen
 from multiprocessing.process import BaseProcess
 from typing import Any
+
+from ...private import cpython
 
 __all__ = ["IdlePool", "Passed", "discard", "hand_over", "idle_pool", "main_has_file"]
 
@@ -67,7 +67,7 @@ def wait_for_launch(control: Connection) -> None:
     try:
         count = int(control.recv_bytes(16))
         with socket.socket(fileno=os.dup(control.fileno())) as sock:
-            _received[:] = reduction.recvfds(sock, count)
+            _received[:] = cpython.receive_fds(sock, count)
         name, entry, args = pickle.loads(control.recv_bytes())
     except (EOFError, OSError, ValueError):
         os._exit(0)
@@ -81,33 +81,18 @@ def wait_for_launch(control: Connection) -> None:
 # -- the launcher's end -------------------------------------------------------------------
 
 
-class _Handover:
-    """Collects the fds a pickle refers to, as multiprocessing's forkserver start does (its
-    DupFd role): they travel beside the pickle, which names each by its place (Passed)."""
-
-    DupFd = Passed
-
-    def __init__(self) -> None:
-        self.fds: list[int] = []
-
-    def duplicate_for_child(self, fd: int) -> int:
-        self.fds.append(fd)
-        return len(self.fds) - 1
-
-
 def hand_over(
     control: Connection, name: str, entry: Callable[..., None], args: tuple[Any, ...]
 ) -> None:
-    """Give a pre-forked worker its launch: the fds, then the pickle (wait_for_launch)."""
-    handover = _Handover()
-    set_spawning_popen(handover)  # type: ignore[arg-type]  # its DupFd role only
-    try:
-        data = reduction.ForkingPickler.dumps((name, entry, args))
-    finally:
-        set_spawning_popen(None)
-    control.send_bytes(str(len(handover.fds)).encode())
+    """Give a pre-forked worker its launch: the fds, then the pickle (wait_for_launch).
+
+    The pickle names each fd by its place in the list sent beside it (Passed), as
+    multiprocessing's forkserver start does with its own DupFd.
+    """
+    data, fds = cpython.dumps_with_fds((name, entry, args), Passed)
+    control.send_bytes(str(len(fds)).encode())
     with socket.socket(fileno=os.dup(control.fileno())) as sock:
-        reduction.sendfds(sock, handover.fds)
+        cpython.send_fds(sock, fds)
     control.send_bytes(data)
 
 

@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 
 from ... import env
 from ...errors import SharedMemoryError
+from ...private import cpython
 from ...quiet import quiet_torchao
 from ...reporting.channel import Failure, Result, Sender
 from ..wire.payload import Payload, load
@@ -203,13 +204,9 @@ def _release_semaphores() -> None:
     the resource tracker, which prints "leaked semaphore objects" when the notebook exits.
     Only semaphore finalizers run here: others (pools, queues) could block the exit.
     """
-    from multiprocessing import synchronize, util
-
-    registry = getattr(util, "_finalizer_registry", {})
-    for finalizer in list(registry.values()):
-        if getattr(finalizer, "_callback", None) is getattr(synchronize.SemLock, "_cleanup", 0):
-            with contextlib.suppress(Exception):
-                finalizer()
+    for finalizer in cpython.semaphore_finalizers():
+        with contextlib.suppress(Exception):
+            finalizer()
 
 
 def _pack(shipment: Shipment | None, value: object) -> Result:

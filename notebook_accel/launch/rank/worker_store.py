@@ -31,16 +31,16 @@ from __future__ import annotations
 import collections
 import datetime
 import functools
-import importlib
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlparse
 
 import torch.distributed as dist
 
 from ... import env
+from ...private import torch as private_torch
 from ..meet import auth
 from ..meet.table import StoreTimeout, TableClient
 
@@ -177,9 +177,7 @@ def open_store(where: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT) -> An
 
 def route() -> None:
     """Make env:// in this process meet in ``NOTEBOOK_ACCEL_STORE`` (idempotent)."""
-    # The module (torch.distributed.rendezvous is also the name of a function there).
-    torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
-    handlers = torch_rendezvous._rendezvous_handlers  # no public way to replace a scheme
+    handlers = private_torch.rendezvous_handlers()  # no public way to replace a scheme
     torch_env = handlers["env"]
     if getattr(torch_env, "notebook_accel", False):
         return
@@ -212,23 +210,21 @@ def _ours(store: Any) -> bool:
 
 def _keep_destroyed_groups() -> None:
     """``destroy_process_group`` keeps the gloo groups it ends that met in our store."""
-    from torch.distributed import distributed_c10d as c10d
 
-    destroy = c10d.destroy_process_group
+    def keeping(destroy: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(destroy)
+        def destroy_process_group(group: Any = None) -> None:
+            members = private_torch.process_groups()
+            if group is None or group is private_torch.world_group():
+                ending = list(members)
+            else:
+                ending = [group] if group in members else []
+            for pg in ending:
+                backend, store = members[pg]
+                if backend == "gloo" and _ours(store):
+                    _kept.append(pg)
+            destroy(group)
 
-    @functools.wraps(destroy)
-    def destroy_process_group(group: Any = None) -> None:
-        world = getattr(c10d, "_world", None)
-        members = dict(getattr(world, "pg_map", None) or {})
-        if group is None or group is c10d.GroupMember.WORLD:
-            ending = list(members)
-        else:
-            ending = [group] if group in members else []
-        for pg in ending:
-            backend, store = members[pg]
-            if backend == "gloo" and _ours(store):
-                _kept.append(pg)
-        destroy(group)
+        return destroy_process_group
 
-    c10d.destroy_process_group = destroy_process_group
-    dist.destroy_process_group = destroy_process_group
+    private_torch.replace_destroy_process_group(keeping)

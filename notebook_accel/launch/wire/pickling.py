@@ -29,6 +29,8 @@ from typing import Any
 
 import cloudpickle
 
+from ...private import torch as private_torch
+
 __all__ = ["INLINE_LIMIT", "Outgoing", "Pickled", "address", "dumps", "loads"]
 
 INLINE_LIMIT = 1 << 20  # bytes; smaller buffers stay in the ordinary pickle
@@ -153,12 +155,12 @@ class _Pickler(cloudpickle.CloudPickler):
             key = _storage_key(storage)
         except (RuntimeError, NotImplementedError, TypeError):
             return  # sparse, nested, meta...: torch's own pickling handles those
-        self._versions.setdefault(key, tensor._version)
+        self._versions.setdefault(key, private_torch.tensor_version(tensor))
 
     def _reduce_storage(self, obj: Any) -> tuple[Any, ...] | None:
         torch = self._torch
         typed = isinstance(obj, torch.storage.TypedStorage)
-        storage = obj._untyped_storage if typed else obj
+        storage = private_torch.untyped_storage(obj) if typed else obj
         device = storage.device
         if device.type not in ("cpu", "cuda"):
             return None

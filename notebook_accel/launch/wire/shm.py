@@ -41,10 +41,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import reduction
 from typing import Any
 
 from ...errors import ConfigError, SharedMemoryError
+from ...private import cpython
 from .pickling import Outgoing, address
 from .transport import Shipment, Transport
 
@@ -524,8 +524,8 @@ class MemfdShipment(Shipment):
         self._launch = launch  # None in a worker
 
     def __reduce__(self) -> tuple[Any, ...]:
-        fds = tuple(reduction.DupFd(fd) for fd in self._fds)
-        results = reduction.DupFd(self._results_fd) if self._results_fd >= 0 else None
+        fds = tuple(cpython.dup_fd(fd) for fd in self._fds)
+        results = cpython.dup_fd(self._results_fd) if self._results_fd >= 0 else None
         return (_arrive, (fds, self._sizes, self._places, results))
 
     @property

@@ -66,6 +66,7 @@ from .... import env, hardware
 from ....config import LaunchConfig
 from ....errors import ConfigError, LaunchTimeoutError, WorkerDiedError
 from ....options import rules
+from ....private import ray as private_ray
 from ....reporting.channel import Failure, Health, Metrics, Progress, Result
 from ...show.display import Display
 from ...wire.payload import Payload
@@ -142,10 +143,8 @@ def keep_warm(ray: Any, ranks_per_node: dict[str, int]) -> None:
     Not under Ray Client, whose notebook cannot reach the raylets, nor for a job with a
     ``runtime_env`` (its workers are keyed by that environment).
     """
-    from ray.util.client import ray as client
-
     context = ray.get_runtime_context()
-    if client.is_connected() or context.runtime_env:
+    if private_ray.client_connected() or context.runtime_env:
         return
     job = bytes.fromhex(context.get_job_id())
     raylets = {
@@ -158,29 +157,10 @@ def keep_warm(ray: Any, ranks_per_node: dict[str, int]) -> None:
 
 
 def _prestart(job: bytes, asks: list[tuple[str, int]]) -> None:
-    try:
-        from ray._private.grpc_utils import init_grpc_channel
-        from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
-    except ImportError:  # another Ray layout: nothing to keep warm with
-        return
-    common: Any = common_pb2  # generated code: no stubs for mypy
-    protos: Any = node_manager_pb2
     for address, count in asks:
-        request = protos.PrestartWorkersRequest(
-            language=common.Language.Value("PYTHON"),
-            job_id=job,
-            keep_alive_duration_secs=_KEEP_WARM,
-            num_workers=count,
-        )
-        request.runtime_env_info.serialized_runtime_env = "{}"
         try:
-            channel = init_grpc_channel(address)
-            try:
-                node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(
-                    request, timeout=5.0
-                )
-            finally:
-                channel.close()
+            if not private_ray.prestart_workers(address, job, count, _KEEP_WARM):
+                return  # another Ray layout: nothing to keep warm with
         except Exception:  # noqa: BLE001 - best effort; the next launch boots its own workers
             continue
 
@@ -239,9 +219,7 @@ class RayBackend:
         self._ranks: dict[int, int] = {}  # this attempt's rank of each bundle, as they meet
         self._nodes: dict[int, str] = {}  # and each bundle's node (for keep_warm)
         self._takes: dict[int, Any] = {}  # Ray Client: each rank's take in flight
-        from ray.util.client import ray as client
-
-        self._client = bool(client.is_connected())  # no streaming tasks: actors (RankHost)
+        self._client = private_ray.client_connected()  # no streaming tasks: actors (RankHost)
 
     # -- Backend ----------------------------------------------------------------------------
     def plan(self) -> hardware.Plan:
@@ -290,7 +268,6 @@ class RayBackend:
         watch: Callable[[], None] | None,
     ) -> list[Any]:
         """One attempt: a new placement group and rank tasks, removed whatever the ending."""
-        from ray.experimental import internal_kv
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -339,7 +316,7 @@ class RayBackend:
                 remove_placement_group(group)
                 self._until_returned(held, n)
             with contextlib.suppress(Exception):
-                internal_kv._internal_kv_del(key, namespace=KV_NAMESPACE)
+                private_ray.kv_del(key, KV_NAMESPACE)
             for rank in range(n):
                 display.end(rank, "stdout")
                 display.end(rank, "stderr")

@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from .... import env
+from ....private import ray as private_ray
 
 __all__ = ["local_cluster"]
 
@@ -66,9 +67,7 @@ def local_cluster(
     if env.get("RAY_USAGE_STATS_ENABLED") is None:
         env.set_var("RAY_USAGE_STATS_ENABLED", "0")
     if "ray" in sys.modules:
-        from ray._private import ray_constants
-
-        ray_constants.ENABLE_RAY_CLUSTER = False
+        private_ray.local_only()
     from ray.cluster_utils import Cluster
 
     for tries_left in reversed(range(_TRIES)):

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .... import env
+from ....private import ray as private_ray
 from ....reporting.channel import Failure, Sender
 from ...wire.payload import Payload
 
@@ -139,10 +140,8 @@ class _Relay:
 
 def _store_address(key: str) -> tuple[str, int]:
     """Where rank 0 hosts the launch's store (see _rank), once it has published it."""
-    from ray.experimental import internal_kv
-
     while True:
-        found = internal_kv._internal_kv_get(key, namespace=KV_NAMESPACE)
+        found = private_ray.kv_get(key, KV_NAMESPACE)
         if found is not None:
             host, port = found.decode().rsplit(":", 1)
             return host, int(port)
@@ -192,14 +191,13 @@ def _join(bundle: int, world: int, key: str, held: contextlib.ExitStack) -> tupl
     """This bundle's rank: rank 0 hosts the store, every rank tells it where it runs."""
     import ray
     import torch.distributed as dist
-    from ray.experimental import internal_kv
 
     from .store import hosted_store
 
     node, ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
     if bundle == 0:
         store, port = held.enter_context(hosted_store(ip, 0, world))
-        internal_kv._internal_kv_put(key, f"{ip}:{port}", namespace=KV_NAMESPACE)
+        private_ray.kv_put(key, f"{ip}:{port}", KV_NAMESPACE)
     else:
         host, port = _store_address(key)
         store = dist.TCPStore(host, port, is_master=False, timeout=_STORE_WAIT)

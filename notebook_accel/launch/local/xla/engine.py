@@ -4,8 +4,8 @@
     ------------------------------              -------------------------------
     xla.run(layout, payload, display, timeout)
       Relay: a unix socket for output (output.py)
-      thread: torch_xla._internal.pjrt.      -> one process per chip (TPU), one thread
-        run_multiprocess (it blocks until        per device: _entry(payload, options, address)
+      thread: torch_xla's run_multiprocess   -> one process per chip (TPU), one thread
+        (private/torch_xla.py; it blocks until   per device: _entry(payload, options, address)
         every process is done)                    output -> the relay (fd 1/2, per thread)
       main thread: relay.pump() ->                launch options -> NOTEBOOK_ACCEL_*
         display (rank-prefixed lines), and        unpickle the call (cell code by value;
@@ -35,6 +35,7 @@ from typing import Any
 
 from .... import env
 from ....errors import LaunchError, LaunchTimeoutError
+from ....private import torch_xla as private_torch_xla
 from ....reporting.channel import Failure
 from ...plan import Layout
 from ...rank.worker import random_state
@@ -89,13 +90,11 @@ def _device_limit(layout: Layout) -> Iterator[None]:
 
 
 def _outcomes(layout: Layout, payload: Payload, address: str) -> dict[int, Outcome]:
-    from torch_xla._internal import pjrt
-
     # The launch's choices (precision included) are in extra_env, as for the engine's workers.
     options = env.launch_variables(launched="1", device_type="xla", backend="xla")
     options.update(dict(layout.extra_env))
     try:
-        return dict(pjrt.run_multiprocess(_entry, payload, options, address))
+        return private_torch_xla.run_multiprocess(_entry, payload, options, address)
     except RuntimeError as exc:
         if "already initialized" in str(exc):
             raise LaunchError(

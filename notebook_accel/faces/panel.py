@@ -28,7 +28,6 @@ import importlib.util
 import sys
 import threading
 import time
-import traceback
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -38,7 +37,7 @@ import ipywidgets as w
 
 from .. import hardware
 from ..config import LaunchConfig, load_file, save_file
-from ..errors import ConfigError, NotebookAccelError
+from ..errors import ConfigError, NotebookAccelError, user_text
 from ..launch.local.session import Workers
 from ..launch.plan import plan_for
 from ..launch.show import charts
@@ -413,7 +412,7 @@ class LaunchPanel(w.VBox):
             return
         self._say(f"Failed after {seconds:.1f} s.", warn=True)
         remote = exc.__cause__
-        detail = str(remote) if remote is not None else "".join(traceback.format_exception(exc))
+        detail = str(remote) if remote is not None else user_text(exc)
         self.outcome.value = (
             '<div class="notebook-accel-error"><b>Error</b>: '
             f"<code>{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</code>"

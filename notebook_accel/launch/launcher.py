@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import env, hardware
 from ..config import LaunchConfig
-from ..errors import ConfigError, LaunchTimeoutError
+from ..errors import ConfigError, LaunchTimeoutError, UserFrames
 from .local.engine import Engine
 from .local.forkserver import warm_up, warm_up_early
 from .meet.group import Group, joined, rendezvous_timeout
@@ -75,10 +75,13 @@ def launch(
     ``wait_for_machine_0``: seconds the other machines wait for machine 0 (the command
     line's ``--rendezvous_timeout``; default group.rendezvous_timeout).
     """
-    payload, buffers = build(function, args, kwargs, env.snapshot())
-    if config.cluster is not None:  # a cluster's ranks run elsewhere (cluster/)
-        return _on_a_cluster(config, payload, buffers, display, stop)
-    return _on_this_machine(config, machine, payload, buffers, display, stop, wait_for_machine_0)
+    with UserFrames():  # a rank's error shows its traceback and the caller's, none of ours
+        payload, buffers = build(function, args, kwargs, env.snapshot())
+        if config.cluster is not None:  # a cluster's ranks run elsewhere (cluster/)
+            return _on_a_cluster(config, payload, buffers, display, stop)
+        return _on_this_machine(
+            config, machine, payload, buffers, display, stop, wait_for_machine_0
+        )
 
 
 def _on_a_cluster(
@@ -317,34 +320,35 @@ def notebook_launcher(
         Launching 2 processes on CPU (gloo)
         [0.0, 0.5]
     """
-    if use_port is not None and master_port is None:
-        try:
-            master_port = int(use_port)
-        except ValueError:
-            raise ConfigError("use_port", use_port, "a TCP port number") from None
-    config = LaunchConfig.from_defaults(
-        num_processes=num_processes,
-        mixed_precision=mixed_precision,
-        hardware=hardware,
-        output=output,
-        timeout=timeout,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        seed=seed,
-        num_nodes=num_nodes,
-        node_rank=node_rank,
-        master_addr=master_addr,
-        master_port=master_port,
-        max_restarts=max_restarts,
-        start_method=start_method,
-        fsdp=fsdp,
-        cluster=cluster,
-        resources_per_worker=resources_per_worker,
-        placement_strategy=placement_strategy,
-        deepspeed=deepspeed,
-        parallelism_config=parallelism_config,
-        dynamo_backend=dynamo_backend,
-    )
-    return launch(function, args, kwargs, config)
+    with UserFrames():
+        if use_port is not None and master_port is None:
+            try:
+                master_port = int(use_port)
+            except ValueError:
+                raise ConfigError("use_port", use_port, "a TCP port number") from None
+        config = LaunchConfig.from_defaults(
+            num_processes=num_processes,
+            mixed_precision=mixed_precision,
+            hardware=hardware,
+            output=output,
+            timeout=timeout,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            seed=seed,
+            num_nodes=num_nodes,
+            node_rank=node_rank,
+            master_addr=master_addr,
+            master_port=master_port,
+            max_restarts=max_restarts,
+            start_method=start_method,
+            fsdp=fsdp,
+            cluster=cluster,
+            resources_per_worker=resources_per_worker,
+            placement_strategy=placement_strategy,
+            deepspeed=deepspeed,
+            parallelism_config=parallelism_config,
+            dynamo_backend=dynamo_backend,
+        )
+        return launch(function, args, kwargs, config)
 
 
 def debug_launcher(
@@ -361,5 +365,6 @@ def debug_launcher(
         >>> debug_launcher(lambda: 1, num_processes=2)  # doctest: +SKIP
         [1, 1]
     """
-    config = LaunchConfig(num_processes=num_processes, hardware="cpu", **options)
-    return launch(function, args, kwargs, config)
+    with UserFrames():
+        config = LaunchConfig(num_processes=num_processes, hardware="cpu", **options)
+        return launch(function, args, kwargs, config)

@@ -49,7 +49,13 @@ from typing import Any, NoReturn
 
 from ... import env
 from ...config import LaunchConfig
-from ...errors import ConfigError, LaunchTimeoutError, SessionClosedError, WorkerDiedError
+from ...errors import (
+    ConfigError,
+    LaunchTimeoutError,
+    SessionClosedError,
+    UserFrames,
+    WorkerDiedError,
+)
 from ...options import rules
 from ..meet.rendezvous import Meeting
 from ..plan import banner, layout_for, plan_for, watch_for_stop
@@ -160,23 +166,24 @@ class Workers:
         num_nodes: int | None = None,
         max_restarts: int | None = None,
     ) -> None:
-        rules.for_session(cluster=cluster, num_nodes=num_nodes, max_restarts=max_restarts)
-        given = {name: value for name, value in locals().items() if name in _OPTIONS}
-        self.config = LaunchConfig.from_defaults(**given, num_nodes=1, max_restarts=0)
-        self.plan = plan_for(self.config)
-        rules.for_session(backend=self.plan.backend, hardware=self.plan.hardware)
-        self._lock = threading.Lock()  # one task at a time
-        self._engine: Engine | None = None  # its workers, while not CLOSED
-        self._results: Shipment | None = None
-        # Releases the engine, the store and the results segment (killing what is left):
-        # called by _end, and by the garbage collector for a session nobody holds.
-        self._release: weakref.finalize[Any, Any] | None = None
-        self._state = State.CLOSED
-        self._why = "not started"  # why it is CLOSED
-        self._job: Job | None = None
-        self._cells = itertools.count(1)
-        self._start()
-        _sessions.append(weakref.ref(self))
+        with UserFrames():
+            rules.for_session(cluster=cluster, num_nodes=num_nodes, max_restarts=max_restarts)
+            given = {name: value for name, value in locals().items() if name in _OPTIONS}
+            self.config = LaunchConfig.from_defaults(**given, num_nodes=1, max_restarts=0)
+            self.plan = plan_for(self.config)
+            rules.for_session(backend=self.plan.backend, hardware=self.plan.hardware)
+            self._lock = threading.Lock()  # one task at a time
+            self._engine: Engine | None = None  # its workers, while not CLOSED
+            self._results: Shipment | None = None
+            # Releases the engine, the store and the results segment (killing what is left):
+            # called by _end, and by the garbage collector for a session nobody holds.
+            self._release: weakref.finalize[Any, Any] | None = None
+            self._state = State.CLOSED
+            self._why = "not started"  # why it is CLOSED
+            self._job: Job | None = None
+            self._cells = itertools.count(1)
+            self._start()
+            _sessions.append(weakref.ref(self))
 
     # -- life ---------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -240,18 +247,20 @@ class Workers:
 
         A background job still running is stopped first.
         """
-        job = self._job
-        if job is not None:
-            job.stop()
-        with self._turn():
-            if self._state is not State.CLOSED:
-                self._end("close() was called", leave=True)
+        with UserFrames():
+            job = self._job
+            if job is not None:
+                job.stop()
+            with self._turn():
+                if self._state is not State.CLOSED:
+                    self._end("close() was called", leave=True)
 
     def restart(self) -> None:
         """Close the workers (if open) and start fresh ones: a new namespace, seeded again."""
-        self.close()
-        with self._turn():
-            self._start()
+        with UserFrames():
+            self.close()
+            with self._turn():
+                self._start()
 
     @property
     def closed(self) -> bool:
@@ -454,10 +463,11 @@ class Workers:
         ``display`` and ``stop`` are the launch panel's hooks (faces/panel.py): its own
         display, and an event that, once set, interrupts the run as the stop button does.
         """
-        with self._turn():
-            shown = display or Display(output=self.config.output)
-            task = self._begin(function, args, kwargs, ranks, shown, timeout, stop)
-            return self._finish(task)
+        with UserFrames():
+            with self._turn():
+                shown = display or Display(output=self.config.output)
+                task = self._begin(function, args, kwargs, ranks, shown, timeout, stop)
+                return self._finish(task)
 
     def run(
         self,
@@ -489,7 +499,8 @@ class Workers:
             >>> w.run(lambda: model.weight.sum().item())  # doctest: +SKIP
             [0.25, 0.25]
         """
-        return self.call(function, args, kwargs, timeout=timeout)
+        with UserFrames():
+            return self.call(function, args, kwargs, timeout=timeout)
 
     def submit(
         self,
@@ -508,24 +519,28 @@ class Workers:
             >>> job = w.submit(train, 100)  # doctest: +SKIP
             >>> job.done(), job.result(timeout=600)  # doctest: +SKIP
         """
-        self._acquire()  # the job's thread gives the turn back when the job ends
-        try:
-            display = (
-                CellDisplay(self.config.output)
-                if charts.in_notebook()
-                else Display(output=self.config.output)
-            )
-            job = Job(display)
-            task = self._begin(function, args, kwargs, None, display, timeout, job._stop)
-            self._job = job
-            thread = threading.Thread(
-                target=self._background, args=(job, task), name="notebook-accel-job", daemon=True
-            )
-            thread.start()
-        except BaseException:
-            self._lock.release()
-            raise
-        return job
+        with UserFrames():
+            self._acquire()  # the job's thread gives the turn back when the job ends
+            try:
+                display = (
+                    CellDisplay(self.config.output)
+                    if charts.in_notebook()
+                    else Display(output=self.config.output)
+                )
+                job = Job(display)
+                task = self._begin(function, args, kwargs, None, display, timeout, job._stop)
+                self._job = job
+                thread = threading.Thread(
+                    target=self._background,
+                    args=(job, task),
+                    name="notebook-accel-job",
+                    daemon=True,
+                )
+                thread.start()
+            except BaseException:
+                self._lock.release()
+                raise
+            return job
 
     def _background(self, job: Job, task: _Task) -> None:
         try:
@@ -544,7 +559,8 @@ class Workers:
         Example:
             >>> w.push(X=X_train, cfg={"lr": 1e-3})  # doctest: +SKIP
         """
-        self.call(serve.push_values, (values,))
+        with UserFrames():
+            self.call(serve.push_values, (values,))
 
     def pull(self, name: str, rank: int | None = None) -> Any:
         """The value of ``name`` in every worker's namespace (a list), or in one ``rank``'s.
@@ -553,9 +569,10 @@ class Workers:
             >>> w.pull("history", rank=0)[-1]  # doctest: +SKIP
             {'step': 99, 'loss': 0.12}
         """
-        if rank is None:
-            return self.call(serve.pull_value, (name,))
-        return self.call(serve.pull_value, (name,), ranks=[rank])[0]
+        with UserFrames():
+            if rank is None:
+                return self.call(serve.pull_value, (name,))
+            return self.call(serve.pull_value, (name,), ranks=[rank])[0]
 
     def run_cell(
         self, code: str, ranks: list[int] | None = None, timeout: float | None = None
@@ -565,9 +582,10 @@ class Workers:
         Its last expression's value is printed by each rank, as IPython shows it. The code is
         plain Python (no magics); a syntax error is raised here, before any worker runs it.
         """
-        filename = f"<distributed cell {next(self._cells)}>"
-        compile(code, filename, "exec")
-        self.call(serve.Cell(code, filename), ranks=ranks, timeout=timeout)
+        with UserFrames(SyntaxError):
+            filename = f"<distributed cell {next(self._cells)}>"
+            compile(code, filename, "exec")
+            self.call(serve.Cell(code, filename), ranks=ranks, timeout=timeout)
 
 
 class Job:
@@ -593,14 +611,15 @@ class Job:
             Exception: what the run raised (a rank's own exception, KeyboardInterrupt if it
                 was stopped, ...), with the session's state in a note.
         """
-        if not self._done.wait(timeout):
-            raise TimeoutError(
-                f"the job is still running after {timeout:g} s; it goes on (job.stop() ends it)"
-            )
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
+        with UserFrames(TimeoutError):
+            if not self._done.wait(timeout):
+                raise TimeoutError(
+                    f"the job is still running after {timeout:g} s; it goes on (job.stop() ends it)"
+                )
+            if self._error is not None:
+                raise self._error
+            assert self._value is not None
+            return self._value
 
     def stop(self) -> None:
         """Interrupt every rank's code, as the stop button does; returns once the job ended.

@@ -70,8 +70,6 @@ class WorkerEnv:
     master_port: int
     device_type: str
     backend: str
-    # The parent (like torchrun's agent) hosts the TCPStore, so every rank connects as a client.
-    agent_store: bool = True
     loopback: bool = True
     # The launch's choices (mixed precision, accumulation, seed, fsdp: NOTEBOOK_ACCEL_*) and
     # TORCHELASTIC_RESTART_COUNT, the same for every rank.
@@ -89,8 +87,11 @@ class WorkerEnv:
             "MASTER_PORT": str(self.master_port),
             **launch_variables(launched="1", device_type=self.device_type, backend=self.backend),
         }
-        if self.agent_store:
-            out["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+        # A store someone else hosts, as under torchrun's agent: no rank of a plain env://
+        # (torch's own handler) hosts one at MASTER_ADDR:MASTER_PORT. On one machine or several
+        # env:// meets in the launch's private store (launch/rank/worker_store.py); on Ray,
+        # rank 0's task hosts the TCPStore beside the function (launch/cluster/ray/store.py).
+        out["TORCHELASTIC_USE_AGENT_STORE"] = "True"
         if self.loopback:
             # Keep gloo's and NCCL's bootstrap sockets on loopback for single-machine launches.
             out["GLOO_SOCKET_IFNAME"] = out["NCCL_SOCKET_IFNAME"] = loopback_interface()

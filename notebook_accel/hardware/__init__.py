@@ -21,7 +21,7 @@ from ..options import rules
 from . import gpu as hardware_gpu
 from . import tpu as hardware_tpu
 
-__all__ = ["Machine", "Plan", "detect", "resolve", "kinds", "HardwareKind"]
+__all__ = ["Machine", "Plan", "detect", "resolve", "kinds", "HardwareKind", "usable_cores"]
 
 
 @dataclass(frozen=True)
@@ -235,6 +235,14 @@ def _place() -> str:
     return "terminal"
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's or ``taskset``'s
+    limit), where the platform has one, else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def detect() -> Machine:
     """Look at the machine now (no CUDA context is created)."""
     cuda = hardware_gpu.probe()
@@ -242,7 +250,7 @@ def detect() -> Machine:
     lowest = min(known) if known and len(known) == len(cuda.devices) else None
     tpu_cores, tpu_type, tpu_method = _tpu()
     return Machine(
-        cpu_cores=os.cpu_count() or 1,
+        cpu_cores=usable_cores(),
         cuda_names=tuple(d.name for d in cuda.devices),
         cuda_bf16=None if lowest is None else lowest >= (8, 0),
         mps=_mps(),

@@ -1,8 +1,11 @@
 """Accelerator: the thin facade a training function talks to, with accelerate's names.
 
-Each call is delegated: process facts to ``state``, precision to ``precision``, data to
-``data``, collectives to ``collectives``, checkpoints to ``checkpoint``. This module only keeps
-the list of prepared objects and the shared ``GradientState``.
+Its options are settled by ``choices.py`` (the launcher's defaults, accelerate's spellings,
+the rules of combination), which also builds its process state, precision and strategy. Each
+call is then delegated: process facts to ``state``/``processes``, precision to ``precision``,
+the spreading of models to the strategy (``strategies/``), data to ``data``, collectives to
+``collectives``, checkpoints to ``checkpoint``, logging to ``tracking``. This module keeps the
+prepared objects, the shared ``GradientState``, the step count and the hooks.
 """
 
 from __future__ import annotations
@@ -196,7 +199,9 @@ class Accelerator:
     )
     distributed_type = property(lambda self: self.state.distributed_type, doc="NO/MULTI_CPU/...")
     use_distributed = property(lambda self: self.state.world_size > 1, doc="More than 1 rank.")
-    mixed_precision = property(lambda self: self.precision.name, doc="'no', 'fp16' or 'bf16'.")
+    mixed_precision = property(
+        lambda self: self.precision.name, doc="'no', 'fp16', 'bf16' or 'fp8'."
+    )
     scaler = property(lambda self: self.precision.scaler, doc="fp16's GradScaler, else None.")
     sync_gradients = property(
         lambda self: self.gradient_state.sync_gradients, doc="Does this micro-batch step?"

@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 
 from ... import env
 from ...errors import SharedMemoryError
+from ...hardware import usable_cores
 from ...private import cpython
 from ...quiet import quiet_torchao
 from ...reporting.channel import Failure, Result, Sender
@@ -152,8 +153,7 @@ def share_cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:
         return
     if worker.device_type != "cpu" or wanted:
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(max(1, (cores or 1) // worker.local_world_size))
+    torch.set_num_threads(max(1, usable_cores() // worker.local_world_size))
 
 
 def random_state() -> None:

@@ -21,7 +21,7 @@ import math
 import time
 from typing import Any, Protocol, TextIO
 
-__all__ = ["Board", "ChartView", "CellChart", "TextLine", "Renderer", "last_metrics", "render_png"]
+__all__ = ["Board", "ChartView", "CellChart", "TextLine", "Renderer", "last_metrics"]
 
 _MAX_POINTS = 2000  # points drawn per line; a longer series is thinned for the drawing only
 # A metric whose name holds one of these is better when higher (otherwise: lower is better).
@@ -161,11 +161,6 @@ class Renderer:
         }
         self._figure.savefig(buffer, format="png", metadata={"Description": json.dumps(about)})
         return buffer.getvalue()
-
-
-def render_png(board: Board, width: float = 9.0, dpi: int = 80) -> bytes:
-    """The chart of ``board`` as PNG bytes, drawn by a new :class:`Renderer`."""
-    return Renderer(width, dpi).png(board)
 
 
 def charts_available() -> bool:

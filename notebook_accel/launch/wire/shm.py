@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError, SharedMemoryError
+from ...hardware import usable_cores
 from ...private import cpython
 from .pickling import Outgoing, address
 from .transport import Shipment, Transport
@@ -83,8 +84,7 @@ def _in_chunks(work: Callable[[int, int], int], nbytes: int) -> list[int]:
     faster than one (ctypes and os.pwrite release the GIL).
     """
     chunks = [(start, min(_CHUNK, nbytes - start)) for start in range(0, nbytes, _CHUNK)]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = min(_MAX_THREADS, cores or 1, len(chunks))
+    threads = min(_MAX_THREADS, usable_cores(), len(chunks))
     if threads <= 1:
         return [work(start, length) for start, length in chunks]
     with ThreadPoolExecutor(threads, thread_name_prefix="notebook-accel-copy") as pool:

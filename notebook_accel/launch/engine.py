@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import inspect
 import multiprocessing
 import os
 import pickle
@@ -168,24 +169,39 @@ def _start_zygote() -> None:
     with server._lock:
         if server._forkserver_pid is not None:
             return
+        # Python 3.14: a connection to the forkserver proves a key that its main() reads from
+        # a pipe at start (authkey_r); a forkserver without that argument: the fresh one.
+        keyed = hasattr(server, "_forkserver_authkey")
+        if keyed and "authkey_r" not in inspect.signature(forkserver.main).parameters:
+            return
         resource_tracker.ensure_running()
         address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
         listener = socket.socket(socket.AF_UNIX)
+        key = os.urandom(getattr(forkserver, "_AUTHKEY_LEN", 32)) if keyed else None
+        key_r = None
         try:
             listener.bind(address)
             if not util.is_abstract_socket_namespace(address):
                 os.chmod(address, 0o600)
             listener.listen()
+            if key is not None:
+                key_r, key_w = os.pipe()
+                os.write(key_w, key)  # a pipe's buffer holds it: the zygote reads it later
+                os.close(key_w)
             alive_r, alive_w = os.pipe()
             pid = os.fork()
             if pid == 0:
-                _zygote(listener.fileno(), alive_r, alive_w)
+                _zygote(listener.fileno(), alive_r, alive_w, key_r)
             os.close(alive_r)
         finally:
             listener.close()
+            if key_r is not None:
+                os.close(key_r)
         server._forkserver_address = address
         server._forkserver_alive_fd = alive_w
         server._forkserver_pid = pid
+        if key is not None:
+            server._forkserver_authkey = key
 
 
 def _as_a_fresh_interpreter() -> None:
@@ -210,14 +226,14 @@ def _as_a_fresh_interpreter() -> None:
             builtins.__dict__.pop(name, None)
 
 
-def _zygote(listener: int, alive_r: int, alive_w: int) -> NoReturn:
+def _zygote(listener: int, alive_r: int, alive_w: int, key_r: int | None) -> NoReturn:
     """The forked child: nothing of the notebook's but its memory, then forkserver.main."""
     try:
         # The notebook's objects are never collected here: a socket's finalizer would close
         # an fd number that is someone else's now.
         gc.freeze()
         os.close(alive_w)
-        keep = {0, 1, 2, listener, alive_r}
+        keep = {0, 1, 2, listener, alive_r, key_r}
         for name in os.listdir("/proc/self/fd"):
             if int(name) not in keep:
                 with contextlib.suppress(OSError):
@@ -231,7 +247,8 @@ def _zygote(listener: int, alive_r: int, alive_w: int) -> NoReturn:
         _as_a_fresh_interpreter()
         from multiprocessing import forkserver
 
-        forkserver.main(listener, alive_r, _PRELOAD)
+        keyword: dict[str, Any] = {} if key_r is None else {"authkey_r": key_r}
+        forkserver.main(listener, alive_r, _PRELOAD, **keyword)
     finally:
         os._exit(0)
 

@@ -1,14 +1,16 @@
 """CPython's private names: multiprocessing's forkserver and pickler internals, asyncio's.
 
 Every function here says which attribute it relies on. They hold from CPython 3.11 (the
-oldest Python the package supports) to 3.13; Python 3.14's forkserver adds an authentication
-key to its start (``_forkserver_authkey``), which ``adopt_forkserver`` and ``serve_forkserver``
-are where to handle.
+oldest Python the package supports) to 3.14, whose forkserver's connections prove a key
+(``_forkserver_authkey``, read by ``forkserver.main`` from ``authkey_r``): ``zygote_possible``,
+``new_forkserver_key``, ``adopt_forkserver`` and ``serve_forkserver`` handle it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import os
 import socket
 import sys
 from collections.abc import Callable, Iterator
@@ -20,6 +22,8 @@ __all__ = [
     "dumps_with_fds",
     "forget_running_loop",
     "forkserver_lock",
+    "forkserver_pid",
+    "new_forkserver_key",
     "receive_fds",
     "semaphore_finalizers",
     "send_fds",
@@ -27,6 +31,7 @@ __all__ = [
     "serve_forkserver",
     "start_resource_tracker",
     "unix_listener_address",
+    "zygote_possible",
 ]
 
 
@@ -48,17 +53,55 @@ def forkserver_lock() -> Iterator[bool]:
         yield server._forkserver_pid is not None
 
 
-def adopt_forkserver(address: str, alive_fd: int, pid: int) -> None:
-    """Make a server this process started multiprocessing's own, as its ``ensure_running``
-    would have left it: later forkserver starts connect to ``address``.
+def forkserver_pid() -> int | None:
+    """The pid of this process's forkserver, if one was started.
 
-    Relies on ForkServer's ``_forkserver_address``, ``_forkserver_alive_fd`` and
-    ``_forkserver_pid``; call it with ``forkserver_lock`` held.
+    Relies on ForkServer's ``_forkserver_pid``.
+    """
+    pid: int | None = getattr(_server(), "_forkserver_pid", None)
+    return pid
+
+
+def zygote_possible() -> bool:
+    """Whether a server this process starts itself can be multiprocessing's forkserver: on
+    Python 3.14, whose connections prove a key, only where ``forkserver.main`` takes the key's
+    pipe (``authkey_r``); always before.
+
+    Relies on ForkServer's ``_forkserver_authkey`` (3.14) and ``forkserver.main``'s signature.
+    """
+    from multiprocessing import forkserver
+
+    keyed = hasattr(_server(), "_forkserver_authkey")
+    return not keyed or "authkey_r" in inspect.signature(forkserver.main).parameters
+
+
+def new_forkserver_key() -> bytes | None:
+    """A key for the connections to a server this process starts, made as Python 3.14's
+    ``ensure_running`` makes it; None where this Python's forkserver proves none.
+
+    Relies on ForkServer's ``_forkserver_authkey`` and ``forkserver._AUTHKEY_LEN`` (3.14).
+    """
+    from multiprocessing import forkserver
+
+    if not hasattr(_server(), "_forkserver_authkey"):
+        return None
+    return os.urandom(getattr(forkserver, "_AUTHKEY_LEN", 32))
+
+
+def adopt_forkserver(address: str, alive_fd: int, pid: int, key: bytes | None = None) -> None:
+    """Make a server this process started multiprocessing's own, as its ``ensure_running``
+    would have left it: later forkserver starts connect to ``address`` (proving ``key``).
+
+    Relies on ForkServer's ``_forkserver_address``, ``_forkserver_alive_fd``,
+    ``_forkserver_pid`` and, on 3.14, ``_forkserver_authkey``; call it with
+    ``forkserver_lock`` held.
     """
     server = _server()
     server._forkserver_address = address
     server._forkserver_alive_fd = alive_fd
     server._forkserver_pid = pid
+    if key is not None:
+        server._forkserver_authkey = key
 
 
 def start_resource_tracker() -> None:
@@ -92,15 +135,20 @@ def is_abstract(address: str) -> bool:
     return bool(util.is_abstract_socket_namespace(address))
 
 
-def serve_forkserver(listener: int, alive_r: int, preload: list[str]) -> None:
-    """Run multiprocessing's forkserver loop in this process (it never returns normally).
+def serve_forkserver(
+    listener: int, alive_r: int, preload: list[str], key_r: int | None = None
+) -> None:
+    """Run multiprocessing's forkserver loop in this process (it never returns normally);
+    ``key_r``: the pipe its key comes through (Python 3.14).
 
     Relies on ``multiprocessing.forkserver.main(listener_fd, alive_r, preload)``, whose
-    further arguments (main_path, sys_path) keep their defaults: the zygote has both already.
+    further arguments (main_path, sys_path) keep their defaults: the zygote has both already;
+    on 3.14, its ``authkey_r`` keyword.
     """
     from multiprocessing import forkserver
 
-    forkserver.main(listener, alive_r, preload)
+    keyword: dict[str, Any] = {} if key_r is None else {"authkey_r": key_r}
+    forkserver.main(listener, alive_r, preload, **keyword)
 
 
 def forget_running_loop() -> None:

@@ -137,24 +137,34 @@ def _start_zygote() -> None:
     """Fork this process as the forkserver (multiprocessing's, its bookkeeping as its own
     start would leave it): it has torch imported already, so it serves at once."""
     with cpython.forkserver_lock() as running:
-        if running:
+        # Python 3.14: a connection to the forkserver proves a key that its main() reads from
+        # a pipe at start (authkey_r); a forkserver without that argument: the fresh one.
+        if running or not cpython.zygote_possible():
             return
         cpython.start_resource_tracker()
         address = cpython.unix_listener_address()
         listener = socket.socket(socket.AF_UNIX)
+        key = cpython.new_forkserver_key()
+        key_r = None
         try:
             listener.bind(address)
             if not cpython.is_abstract(address):
                 os.chmod(address, 0o600)
             listener.listen()
+            if key is not None:
+                key_r, key_w = os.pipe()
+                os.write(key_w, key)  # a pipe's buffer holds it: the zygote reads it later
+                os.close(key_w)
             alive_r, alive_w = os.pipe()
             pid = os.fork()
             if pid == 0:
-                _zygote(listener.fileno(), alive_r, alive_w)
+                _zygote(listener.fileno(), alive_r, alive_w, key_r)
             os.close(alive_r)
         finally:
             listener.close()
-        cpython.adopt_forkserver(address, alive_w, pid)
+            if key_r is not None:
+                os.close(key_r)
+        cpython.adopt_forkserver(address, alive_w, pid, key)
 
 
 def _as_a_fresh_interpreter() -> None:
@@ -176,14 +186,14 @@ def _as_a_fresh_interpreter() -> None:
             builtins.__dict__.pop(name, None)
 
 
-def _zygote(listener: int, alive_r: int, alive_w: int) -> NoReturn:
+def _zygote(listener: int, alive_r: int, alive_w: int, key_r: int | None) -> NoReturn:
     """The forked child: nothing of the notebook's but its memory, then forkserver.main."""
     try:
         # The notebook's objects are never collected here: a socket's finalizer would close
         # an fd number that is someone else's now.
         gc.freeze()
         os.close(alive_w)
-        keep = {0, 1, 2, listener, alive_r}
+        keep = {0, 1, 2, listener, alive_r, key_r}
         for name in os.listdir("/proc/self/fd"):
             if int(name) not in keep:
                 with contextlib.suppress(OSError):
@@ -195,7 +205,7 @@ def _zygote(listener: int, alive_r: int, alive_w: int) -> NoReturn:
             signal.signal(number, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _as_a_fresh_interpreter()
-        cpython.serve_forkserver(listener, alive_r, _PRELOAD)
+        cpython.serve_forkserver(listener, alive_r, _PRELOAD, key_r)
     finally:
         os._exit(0)
 

@@ -112,6 +112,7 @@ class IdlePool:
         self._lock = threading.Lock()
         self._ready: list[tuple[BaseProcess, Connection]] = []
         self._filling: threading.Thread | None = None
+        self._starting: Connection | None = None  # the control pipe of a start under way
         self._exit_hook = False
         self._closed = False
 
@@ -148,6 +149,8 @@ class IdlePool:
                 if self._closed or len(self._ready) >= size:
                     return
             theirs, ours = ctx.Pipe(duplex=True)
+            with self._lock:
+                self._starting = ours
             # Daemonic while idle: an interpreter's exit ends it without waiting (a worker
             # that got a launch is an ordinary process again, wait_for_launch).
             process = ctx.Process(  # type: ignore[attr-defined]
@@ -164,6 +167,7 @@ class IdlePool:
             finally:
                 theirs.close()
             with self._lock:
+                self._starting = None
                 if self._closed:  # this process is exiting: it ends at our EOF
                     ours.close()
                     return
@@ -182,13 +186,22 @@ class IdlePool:
     def close(self) -> None:
         """End every idle worker (EOF on its control pipe) and wait for it. A fill under way
         gets half a second to finish the start it is in (a start cut off half-way would have the
-        child print a traceback); a forkserver still importing torch is not waited for: what
-        it forks later ends at the EOF this process's exit gives."""
+        child print a traceback); then its control pipe is closed too, and the forkserver that
+        has not answered it is stopped (still importing torch).
+
+        Each idle worker holds this process's resource-tracker pipe (multiprocessing passes it
+        to every child), and so does a start queued in the forkserver: Python 3.13 waits at
+        exit until the tracker has seen that pipe close (3.14 waits 1 s, 3.11 not at all), so
+        a worker left to the EOF of our exit would hold the exit forever."""
         with self._lock:
             self._closed = True
         self.settle(timeout=0.5)
         with self._lock:
             ready, self._ready = self._ready, []
+            starting, self._starting = self._starting, None
+        if starting is not None:
+            starting.close()  # a worker forked for it ends at this EOF
+            _stop_forkserver()  # the start queued in it goes with it
         for _, control in ready:
             control.close()
         for process, _ in ready:
@@ -205,6 +218,14 @@ def discard(process: BaseProcess, control: Connection | None) -> None:
         process.join(timeout=2.0)
     with contextlib.suppress(ValueError):
         process.close()
+
+
+def _stop_forkserver() -> None:
+    """SIGKILL this process's forkserver (exiting): its listener and what is queued there go."""
+    pid = cpython.forkserver_pid()
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _readable(control: Connection) -> bool:

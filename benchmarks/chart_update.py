@@ -4,7 +4,7 @@ The chart of ``Accelerator.log`` is redrawn at most twice a second. Per update, 
 notebook process, for 2 metrics of ``POINTS`` points each (the drawn series is thinned to at
 most 2000 points):
 
-- matplotlib: the whole figure drawn by Agg and encoded as PNG (``launch/charts.py``), which
+- matplotlib: the whole figure drawn by Agg and encoded as PNG (``launch/show/charts.py``), which
   the cell shows as one image output, replaced in place (no front-end extension needed);
 - plotly ``FigureWidget``: the traces' data replaced in a ``batch_update`` (the widget sends
   the new arrays to the browser, where plotly.js redraws; needs the widget's front end).
@@ -25,7 +25,7 @@ REPEATS = 20
 
 
 def _board(points: int):  # type: ignore[no-untyped-def]
-    from notebook_accel.launch.charts import Board
+    from notebook_accel.launch.show.charts import Board
 
     board = Board()
     board.add(tuple((i, {"loss": 1.0 / (i + 1), "acc": i / points}) for i in range(points)))
@@ -33,7 +33,7 @@ def _board(points: int):  # type: ignore[no-untyped-def]
 
 
 def matplotlib_update(points: int) -> tuple[float, int]:
-    from notebook_accel.launch.charts import Renderer
+    from notebook_accel.launch.show.charts import Renderer
 
     board = _board(points)
     renderer = Renderer()  # kept between updates, as the live chart keeps it

@@ -19,7 +19,7 @@ Timed from the launcher's call to its return.
     python benchmarks/launch_latency.py --num-processes 16 --breakdown
 
 Measured on 2026-12-02, this 2-core machine with nothing else running (load 0.4-1.5), after
-destroyed gloo groups were left to the workers' exit (launch/worker_store.py):
+destroyed gloo groups were left to the workers' exit (launch/rank/worker_store.py):
 
     2 processes                      ours   accelerate  lightning  ours/acc  target
     first launch, fresh process    0.15 s      0.15 s     0.06 s     1.00x   <= 1.0 s
@@ -36,7 +36,7 @@ Before that change, the same day: warm 43 ms (0.31x) at 2 processes and 252-285 
 ``--breakdown`` (ours only) splits a launch with 16 processes into: when the last worker
 entered the function, and how long the process group took after that (the rendezvous
 proper), once with the launch's private store (a FileStore on a memfd of the notebook
-process, launch/rendezvous.py) and once with rank 0 hosting a TCPStore (torch's plain env://
+process, launch/meet/rendezvous.py) and once with rank 0 hosting a TCPStore (torch's plain env://
 way): the comparison says whether our store costs anything.
 """
 

@@ -128,7 +128,7 @@ def measure(repeats: int) -> dict[str, dict[str, float]]:
 
 def main() -> None:
     from notebook_accel.launch import debug_launcher
-    from notebook_accel.launch.charts import last_metrics
+    from notebook_accel.launch.show.charts import last_metrics
 
     ranks = debug_launcher(measure, args=(REPEATS,), num_processes=2)
     rows = len(last_metrics())

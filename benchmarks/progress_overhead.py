@@ -65,7 +65,7 @@ def parent_draw_cost(messages: int = 2000) -> tuple[float, float]:
 
     import tqdm as plain
 
-    from notebook_accel.launch.display import Display
+    from notebook_accel.launch.show.display import Display
     from notebook_accel.reporting.channel import Progress
 
     display = Display()

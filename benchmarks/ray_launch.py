@@ -76,7 +76,7 @@ def torch_trainer(storage: str) -> Callable[[], None]:
 
 
 def main() -> None:
-    from notebook_accel.launch.ray.local import local_cluster
+    from notebook_accel.launch.cluster.ray.local import local_cluster
 
     cluster = local_cluster(num_nodes=2, num_cpus=2)
     import ray

@@ -9,8 +9,8 @@ the CPU seconds each rank's process had used at those points, and the driver's a
 daemons' CPU.
 
     python benchmarks/ray_phases.py                         # this version of the backend
-    python benchmarks/ray_phases.py backend_old backend
-        # in turn with a copy of another version in notebook_accel/launch/ray/backend_old.py
+    python benchmarks/ray_phases.py driver_old driver
+        # in turn with a copy of another version in notebook_accel/launch/cluster/ray/driver_old.py
 
 What it showed (4 ranks, 2 nodes of 2 logical CPUs, 2 shared cores; a launch is CPU-bound):
 per rank, booting a Ray worker costs ~1.7 CPU s (``import ray``; ~1.0 of it is jsonschema
@@ -81,15 +81,15 @@ def _actor_cpu() -> dict[str, float]:
         return {k: float(c) for k, _, c in (line.split() for line in f)}
 
 
-def _instrument_rank(ray_backend: Any) -> None:
+def _instrument_rank(ray_driver: Any) -> None:
     """Stamp when each rank's task begins (the worker process existed and imported Ray)."""
-    base = ray_backend._rank
+    base = ray_driver.rank_task
 
     def timed_rank(*args: Any) -> Any:
         _stamp("task>")
         yield from base(*args)
 
-    ray_backend._rank = timed_rank  # pickled by value: the stamp travels, base by reference
+    ray_driver.rank_task = timed_rank  # pickled by value: the stamp travels, base by reference
 
 
 def work() -> dict[str, float]:
@@ -180,7 +180,7 @@ def _show(
 
 def main() -> None:
     """Launch ``LAUNCHES`` times with each backend version named on the command line, in turn."""
-    from notebook_accel.launch.ray.local import local_cluster
+    from notebook_accel.launch.cluster.ray.local import local_cluster
 
     shutil.rmtree(STAMPS, ignore_errors=True)
     cluster = local_cluster(num_nodes=2, num_cpus=2)
@@ -189,13 +189,13 @@ def main() -> None:
     ray.init(address=cluster.address, log_to_driver=False)
     session = os.path.basename(cluster.head_node.get_session_dir_path())
     from notebook_accel import notebook_launcher
-    from notebook_accel.launch.ray import backend as ray_backend
+    from notebook_accel.launch.cluster.ray import driver as ray_driver
 
-    # Other versions of the backend, e.g. a copy of main's: notebook_accel/launch/ray/<name>.py
-    names = [a for a in sys.argv[1:] if not a.startswith("-")] or ["backend"]
+    # Other versions of the driver, e.g. a copy of main's in launch/cluster/ray/<name>.py
+    names = [a for a in sys.argv[1:] if not a.startswith("-")] or ["driver"]
     versions = {}
     for name in names:
-        module = importlib.import_module(f"notebook_accel.launch.ray.{name}")
+        module = importlib.import_module(f"notebook_accel.launch.cluster.ray.{name}")
         for method in ("_supervise", "_end", "_until_returned"):
             wrap(module.RayBackend, method)
         _instrument_rank(module)
@@ -204,7 +204,7 @@ def main() -> None:
     try:
         for launch in range(LAUNCHES):
             for name, backend in versions.items():
-                ray_backend.RayBackend = backend
+                ray_driver.RayBackend = backend
                 cpu = _cpu_by_kind(session)
                 if previous is not None:
                     _show(*previous[:2], _cpu_delta(previous[2], cpu), *previous[3:])

@@ -24,8 +24,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "notebook_launcher": "notebook_accel.launch",
     "debug_launcher": "notebook_accel.launch",
-    "Workers": "notebook_accel.launch.session",
-    "Job": "notebook_accel.launch.session",
+    "Workers": "notebook_accel.launch.local.session",
+    "Job": "notebook_accel.launch.local.session",
     "LaunchConfig": "notebook_accel.config",
     "Accelerator": "notebook_accel.training.accelerator",
     "DistributedType": "notebook_accel.training.state",
@@ -34,7 +34,7 @@ _EXPORTS = {
     "tqdm": "notebook_accel.reporting.progress",
     "trange": "notebook_accel.reporting.progress",
     "LaunchPanel": "notebook_accel.faces.panel",
-    "last_metrics": "notebook_accel.launch.charts",
+    "last_metrics": "notebook_accel.launch.show.charts",
     "FsdpConfig": "notebook_accel.options.fsdp",
     "FullyShardedDataParallelPlugin": "notebook_accel.options.fsdp_plugin",
     "DeepSpeedPlugin": "notebook_accel.options.deepspeed",
@@ -67,15 +67,15 @@ _EXPORTS = {
     "SessionClosedError": "notebook_accel.errors",
     "CheckpointError": "notebook_accel.errors",
     "SharedMemoryError": "notebook_accel.errors",
-    "clear_shared_cache": "notebook_accel.launch.shm",
-    "set_shared_cache_limit": "notebook_accel.launch.shm",
-    "shared_cache_info": "notebook_accel.launch.shm",
+    "clear_shared_cache": "notebook_accel.launch.wire.shm",
+    "set_shared_cache_limit": "notebook_accel.launch.wire.shm",
+    "shared_cache_info": "notebook_accel.launch.wire.shm",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__", "load_ipython_extension"]
 
 # Names whose first use starts the launcher's forkserver in the background, so that its
-# import of torch overlaps the notebook's work (launch/engine.py, warm_up_early;
+# import of torch overlaps the notebook's work (launch/local/forkserver.py, warm_up_early;
 # NOTEBOOK_ACCEL_NO_WARMUP=1 turns it off).
 _WARMS_UP = frozenset({"notebook_launcher", "debug_launcher", "Workers"})
 
@@ -103,7 +103,7 @@ def _lazy_attribute(namespace: dict[str, Any], exports: Mapping[str, str], name:
 def __getattr__(name: str) -> Any:
     value = _lazy_attribute(globals(), _EXPORTS, name)
     if name in _WARMS_UP:
-        importlib.import_module("notebook_accel.launch.engine").warm_up_early()
+        importlib.import_module("notebook_accel.launch").warm_up_early()
     return value
 
 

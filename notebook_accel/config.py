@@ -7,7 +7,6 @@ write the same JSON file (``env.config_file()``).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import tempfile
@@ -18,6 +17,7 @@ from typing import Any, Literal, get_args
 
 from . import env
 from .errors import ConfigError
+from .options import rules
 
 __all__ = [
     "Hardware",
@@ -102,7 +102,7 @@ class LaunchConfig:
     # ("full", "grad_op", "no_shard", "hybrid"), a dict of FsdpConfig fields or an FsdpConfig;
     # normalised to an FsdpConfig (or None) on construction.
     fsdp: Any = None
-    # Where the ranks run (launch/backends.py): None for this machine, "ray" for the Ray
+    # Where the ranks run (launch/cluster/backend.py): None for this machine, "ray" for the Ray
     # cluster this notebook joined (or RAY_ADDRESS names), "ray://HOST:PORT" for Ray Client.
     cluster: str | None = None
     # On a cluster, what each rank reserves ({"CPU": 4, "GPU": 1}) and how ranks are placed.
@@ -142,40 +142,34 @@ class LaunchConfig:
             raise ConfigError("timeout", self.timeout, "a number of seconds > 0, or None")
         _check_int("num_nodes", self.num_nodes, 1)
         _check_int("node_rank", self.node_rank, 0)
-        if self.node_rank >= self.num_nodes:
-            raise ConfigError(
-                "node_rank",
-                self.node_rank,
-                f"an int in [0, {self.num_nodes - 1}] (num_nodes={self.num_nodes})",
-            )
         if not isinstance(self.master_addr, str) or not self.master_addr:
             raise ConfigError("master_addr", self.master_addr, "a host name or IP address")
         if self.master_port is not None:
             _check_int("master_port", self.master_port, 1)
             if self.master_port > 65535:
                 raise ConfigError("master_port", self.master_port, "a TCP port in [1, 65535]")
-        if self.num_nodes > 1 and self.master_port is None:
-            raise ConfigError(
-                "master_port",
-                None,
-                "a fixed TCP port when num_nodes > 1",
-                "Every machine must know where to meet.",
-            )
         _check_int("max_restarts", self.max_restarts, 0)
         if self.fsdp is not None:
             from .options.fsdp import FsdpConfig  # imports torch: only when FSDP is asked for
 
             object.__setattr__(self, "fsdp", FsdpConfig.coerce(self.fsdp))
         self._check_cluster()
-        self._check_deepspeed()
-        from .options import dynamo  # torch-free
-
-        object.__setattr__(self, "dynamo_backend", dynamo.coerce_option(self.dynamo_backend))
-        mesh = self.parallelism_config or {}
-        sharded_mesh = mesh.get("tp_size", 1) * mesh.get("dp_shard_size", 1) > 1
-        shards = self.fsdp is not None or self.deepspeed is not None or sharded_mesh
-        if self.dynamo_backend != "no" and shards:
-            dynamo.refuse_with_sharding(self.dynamo_backend)
+        self._coerce_options()
+        rules.machines(
+            num_nodes=self.num_nodes,
+            node_rank=self.node_rank,
+            master_port=self.master_port,
+            cluster=self.cluster,
+            resources_per_worker=self.resources_per_worker,
+        )
+        rules.together(
+            fsdp=self.fsdp,
+            deepspeed=self.deepspeed,
+            mesh=self.parallelism_config,
+            dynamo_backend=self.dynamo_backend,
+        )
+        if self.deepspeed is not None:
+            rules.deepspeed_installed("deepspeed", self.deepspeed)
 
     def _check_cluster(self) -> None:
         if self.cluster is not None and (
@@ -195,52 +189,15 @@ class LaunchConfig:
                 for k, v in resources.items()
             ):
                 raise ConfigError("resources_per_worker", resources, accepted)
-            if self.cluster is None:
-                raise ConfigError(
-                    "resources_per_worker",
-                    resources,
-                    "None without a cluster",
-                    "Add cluster='ray'.",
-                )
-        if self.cluster is not None and self.num_nodes != 1:
-            raise ConfigError(
-                "num_nodes",
-                self.num_nodes,
-                "1 with a cluster",
-                "On a cluster, num_processes counts every rank on every machine.",
-            )
 
-    def _check_deepspeed(self) -> None:
-        from .options.deepspeed import coerce_option  # torch-free
-        from .options.parallelism import coerce_option as mesh_option
+    def _coerce_options(self) -> None:
+        """DeepSpeed's, the mesh's and torch.compile's options in their stored forms."""
+        from .options import deepspeed, dynamo, parallelism  # torch-free
 
-        fields = coerce_option(self.deepspeed)
-        object.__setattr__(self, "deepspeed", fields)
-        mesh = mesh_option(self.parallelism_config)
+        object.__setattr__(self, "deepspeed", deepspeed.coerce_option(self.deepspeed))
+        mesh = parallelism.coerce_option(self.parallelism_config)
         object.__setattr__(self, "parallelism_config", mesh)
-        if mesh is not None and (self.fsdp is not None or self.deepspeed is not None):
-            raise ConfigError(
-                "parallelism_config",
-                mesh,
-                "None when fsdp or deepspeed is set",
-                "The mesh's dp_shard_size already means FSDP; pick one way to say it.",
-            )
-        if fields is None:
-            return
-        if self.fsdp is not None:
-            raise ConfigError(
-                "deepspeed",
-                fields,
-                "None when fsdp is set",
-                "DeepSpeed's ZeRO and FSDP both shard the model; pick one.",
-            )
-        if importlib.util.find_spec("deepspeed") is None:
-            raise ConfigError(
-                "deepspeed",
-                fields,
-                "the deepspeed package installed",
-                "pip install 'notebook-accel[deepspeed]' after torch, with --no-build-isolation.",
-            )
+        object.__setattr__(self, "dynamo_backend", dynamo.coerce_option(self.dynamo_backend))
 
     def replace(self, **changes: Any) -> LaunchConfig:
         """A copy with some fields changed (validated again)."""

@@ -49,10 +49,10 @@ __all__ = [
 ]
 
 _PREFIX = "NOTEBOOK_ACCEL_"
-# The job's secret for several machines (launch/secret.py); it never reaches the workers.
+# The job's secret for several machines (launch/meet/secret.py); it never reaches the workers.
 SECRET_VARIABLE = _PREFIX + "SECRET"
-# Where a worker's env:// rendezvous meets, and the key its workers prove (launch/rendezvous.py
-# sets them, launch/worker_store.py reads them).
+# Where a worker's env:// rendezvous meets, and the key its workers prove (launch/meet/rendezvous.py
+# sets them, launch/rank/worker_store.py reads them).
 STORE_VARIABLE = _PREFIX + "STORE"
 STORE_KEY_VARIABLE = _PREFIX + "STORE_KEY"
 
@@ -70,8 +70,6 @@ class WorkerEnv:
     master_port: int
     device_type: str
     backend: str
-    # The parent (like torchrun's agent) hosts the TCPStore, so every rank connects as a client.
-    agent_store: bool = True
     loopback: bool = True
     # The launch's choices (mixed precision, accumulation, seed, fsdp: NOTEBOOK_ACCEL_*) and
     # TORCHELASTIC_RESTART_COUNT, the same for every rank.
@@ -89,8 +87,11 @@ class WorkerEnv:
             "MASTER_PORT": str(self.master_port),
             **launch_variables(launched="1", device_type=self.device_type, backend=self.backend),
         }
-        if self.agent_store:
-            out["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+        # A store someone else hosts, as under torchrun's agent: no rank of a plain env://
+        # (torch's own handler) hosts one at MASTER_ADDR:MASTER_PORT. On one machine or several
+        # env:// meets in the launch's private store (launch/rank/worker_store.py); on Ray,
+        # rank 0's task hosts the TCPStore beside the function (launch/cluster/ray/store.py).
+        out["TORCHELASTIC_USE_AGENT_STORE"] = "True"
         if self.loopback:
             # Keep gloo's and NCCL's bootstrap sockets on loopback for single-machine launches.
             out["GLOO_SOCKET_IFNAME"] = out["NCCL_SOCKET_IFNAME"] = loopback_interface()
@@ -157,7 +158,7 @@ def slurm_tasks_on_node(value: str, node_id: int = 0) -> int:
 
 def snapshot() -> dict[str, str]:
     """The parent's environment now, to be installed in every worker (less the job's secret:
-    workers prove a key of their launch's instead, see launch/rendezvous.py)."""
+    workers prove a key of their launch's instead, see launch/meet/rendezvous.py)."""
     return {k: v for k, v in os.environ.items() if k != SECRET_VARIABLE}
 
 

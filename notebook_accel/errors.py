@@ -1,9 +1,25 @@
-"""The exception hierarchy: every error this library raises derives from NotebookAccelError."""
+"""The exception hierarchy, and what the user's traceback shows of the launcher.
+
+Every error the package raises about a launch, its options, its workers or a checkpoint
+derives from NotebookAccelError (ConfigError for bad input, before any process starts). A
+rank's own exception is re-raised in the notebook as its own type, the rank's traceback as
+its cause (RemoteTraceback). Built-in exceptions are raised on purpose where a caller
+expects Python's or torch's own: AttributeError (a module's lazy names, a wrapper's missing
+attribute), TypeError and RuntimeError (an Accelerator method called as torch's would refuse
+it, an unpicklable return value, find_executable_batch_size), ValueError and RuntimeError
+between the package's own processes (a malformed message, a store's reply, torch's own
+re-rendezvous refusal), NameError (a name a session's workers lack), NotImplementedError
+(LocalSGD under a sharding strategy), TimeoutError (Job.result, a key that never came).
+
+``UserFrames`` is how an entry point (notebook_launcher, a session's run, ...) raises what it
+means with the user's frames only.
+"""
 
 from __future__ import annotations
 
 import signal
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
 __all__ = [
     "NotebookAccelError",
@@ -17,6 +33,9 @@ __all__ = [
     "CheckpointError",
     "SharedMemoryError",
     "RemoteTraceback",
+    "UserFrames",
+    "meant",
+    "user_text",
 ]
 
 # What a death by signal usually means, for the message a user reads in the cell.
@@ -219,3 +238,55 @@ class CheckpointError(NotebookAccelError, RuntimeError):
         self.path = str(path)
         self.detail = detail
         super().__init__(f"checkpoint {self.path}: {detail}")
+
+
+def meant(exc: BaseException, kinds: tuple[type[BaseException], ...] = ()) -> bool:
+    """Whether the launcher raises ``exc`` on purpose: a rank's own exception (its traceback
+    the cause), one of the package's errors, the stop button's KeyboardInterrupt, ``kinds``."""
+    ours: tuple[type[BaseException], ...] = (NotebookAccelError, KeyboardInterrupt, *kinds)
+    return isinstance(exc, ours) or isinstance(exc.__cause__, RemoteTraceback)
+
+
+class UserFrames:
+    """Around an entry point's body: what it means to raise leaves with the user's frames only.
+
+    A ``meant`` exception loses the frames inside the block (the launcher's insides) and the
+    entry's own: a notebook cell shows the rank's traceback, then the user's cell; a script's
+    traceback ends at the user's call. Anything else (a bug of ours) keeps every frame.
+
+    Why no frame at all rather than ``__tracebackhide__``: IPython (7.34 as on Colab, and 8,
+    9) hides the frames that set it except the last one, the frame that raised, which would
+    be ours. How: ``__exit__`` drops the traceback and lets the exception go on; the re-raise
+    that ends a ``with`` statement adds no frame (CPython keeps the traceback on the
+    exception), so the traceback starts again in the caller's frame.
+
+    Example:
+        >>> with UserFrames():  # doctest: +SKIP
+        ...     return launch(function, args, kwargs, config)
+    """
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
+        if exc is not None and meant(exc, self.kinds):
+            exc.__traceback__ = None
+        return False
+
+
+def user_text(exc: BaseException) -> str:
+    """The traceback a user reads of ``exc`` where none is drawn for them (the launch panel):
+    a meant error's lines alone (its notes too), else the whole traceback."""
+    import traceback
+
+    if meant(exc):
+        return "".join(traceback.format_exception_only(exc))
+    return "".join(traceback.format_exception(exc))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+from .private.torch import PYTREE_LOGGER
+
 __all__ = ["quiet_torchao"]
 
 
@@ -42,7 +44,7 @@ def quiet_torchao() -> None:
     if _quieted:
         return
     _quieted = True
-    logging.getLogger("torch.utils._pytree").addFilter(_enum_deprecation)
+    logging.getLogger(PYTREE_LOGGER).addFilter(_enum_deprecation)
     if not _cuda_build():
         logging.getLogger("torchao").addFilter(_cuda_libraries)
 

@@ -7,7 +7,13 @@ functions and under ``TYPE_CHECKING`` alike; ``from . import x`` counts as impor
                training ->  reporting            ->  the ground
 
 The launcher never imports the training side (a worker's seeding is the ground's), the
-training side never imports the launcher or the faces, and no two modules import each other.
+training side never imports the launcher or the faces, and no module reaches itself through
+the modules it imports (a cycle of any length).
+
+Inside the launcher, its rooms run one way too:
+
+    launcher  ->  local, cluster  ->  rank, plan, show  ->  wire, meet
+                                      (rank -> wire, meet; plan -> meet)
 """
 
 from __future__ import annotations
@@ -25,6 +31,19 @@ ALLOWED = {
     "training": {"reporting", "ground"},
     "launch": {"reporting", "hardware", "ground"},
     "faces": {"launch", "reporting", "hardware", "ground"},
+}
+
+
+# the launcher's room -> the rooms it may import (itself always)
+LAUNCH_ALLOWED = {
+    "wire": set(),
+    "meet": set(),
+    "show": set(),
+    "rank": {"wire", "meet"},
+    "plan": {"meet"},
+    "local": {"wire", "meet", "rank", "show", "plan"},
+    "cluster": {"wire", "meet", "rank", "show", "plan"},
+    "launcher": {"local", "cluster", "wire", "meet", "rank", "show", "plan"},
 }
 
 
@@ -86,11 +105,17 @@ def part(module: str) -> str:
     parts = module.split(".")
     if len(parts) > 1 and parts[1] in ALLOWED:
         return parts[1]
-    return "ground"  # __init__, errors, env, config, quiet, utils, seeding, options/
+    return "ground"  # __init__, errors, env, config, quiet, utils, seeding, options/, private/
+
+
+def room(module: str) -> str:
+    """Which room of the launcher ``module`` is in (the package itself: the launcher's face)."""
+    parts = module.split(".")
+    return "launcher" if len(parts) == 2 else parts[2]
 
 
 def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
-    for name in ("hardware", "launch", "reporting", "training", "faces", "options"):
+    for name in ("hardware", "launch", "reporting", "training", "faces", "options", "private"):
         assert (PACKAGE / name / "__init__.py").is_file(), name
     ground = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert ground == [
@@ -128,11 +153,60 @@ def test_the_launcher_never_imports_the_training_side() -> None:
     assert not reached
 
 
-def test_no_two_modules_import_each_other() -> None:
-    pairs = sorted(
-        f"{a} <-> {b}" for a, targets in GRAPH.items() for b in targets if a < b and a in GRAPH[b]
-    )
-    assert not pairs, "\n".join(pairs)
+def test_the_launchers_rooms_import_one_way() -> None:
+    launch = {m for m in MODULES if part(m) == "launch"}
+    assert {room(m) for m in launch} == set(LAUNCH_ALLOWED)
+    wrong = [
+        f"{module} ({room(module)}) imports {target} ({room(target)})"
+        for module in sorted(launch)
+        for target in sorted(GRAPH[module] & launch)
+        if room(target) != room(module) and room(target) not in LAUNCH_ALLOWED[room(module)]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that reach each other through imports (Tarjan's strongly
+    connected components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_module_reaches_itself_through_its_imports() -> None:
+    found = cycles(GRAPH)
+    assert not found, "\n".join(" -> ".join(group) for group in found)
+
+
+def test_the_cycle_search_sees_a_ring_of_three() -> None:
+    ring = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(ring) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
 def test_the_reader_sees_imports_inside_functions_and_type_checking() -> None:

@@ -5,8 +5,9 @@ notebook-accel launch [options] script.py [script args]
   the notebook launcher's engine runs the script in every worker (same rank-prefixed
   output, same errors); exit code 0, or 1 on failure. Several machines: the same path as the
   notebook's num_nodes (machine 0's table behind a gate that proves the job's secret,
-  whole-group restarts: launch/rendezvous.py, launch/group.py)
-  --cluster ray: the ranks run as Ray tasks (launch/ray/backend.py); the script's text travels
+  whole-group restarts: launch/meet/rendezvous.py, launch/meet/group.py)
+  --cluster ray: the ranks run as Ray tasks (launch/cluster/ray/driver.py); the script's
+  text travels
 notebook-accel config [--default]   questions in the terminal -> the config file
 notebook-accel config --reset       delete the config file (built-in defaults again)
 notebook-accel env                  versions and hardware, for bug reports
@@ -238,7 +239,7 @@ def _deepspeed_option(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def _launch(args: argparse.Namespace) -> int:
     from ..launch import launch
-    from ..launch.script import checked_script, run_script, run_script_text
+    from ..launch.wire.script import checked_script, run_script, run_script_text
 
     script = checked_script(args.script)
     config = _config_from(args)

@@ -14,8 +14,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..errors import ConfigError
-from ..launch.session import Workers, latest
+from ..errors import ConfigError, UserFrames
+from ..launch.local.session import Workers, latest
 
 __all__ = ["DistributedMagics", "load_ipython_extension", "parse_ranks"]
 
@@ -69,8 +69,9 @@ class DistributedMagics(Magics):
         """
         options = parse_argstring(self.distributed, line)
         workers = self._session(options.session)
-        ranks = parse_ranks(options.ranks, workers.num_processes)
-        workers.run_cell(cell, ranks=ranks, timeout=options.timeout)
+        with UserFrames(SyntaxError):  # the workers' traceback and the cell, none of ours
+            ranks = parse_ranks(options.ranks, workers.num_processes)
+            workers.run_cell(cell, ranks=ranks, timeout=options.timeout)
 
     def _session(self, name: str | None) -> Workers:
         if name is None:

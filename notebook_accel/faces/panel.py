@@ -5,19 +5,20 @@
     Launch  --> background thread: launch(function, args, config, display=_PanelDisplay,
                                           stop=event)
                   banner / lines / progress  -->  rank rows, log, bars in the panel
-                  Accelerator.log rows       -->  the live chart (launch/charts.py), .metrics
+                  Accelerator.log rows       -->  the live chart (launch/show/charts.py), .metrics
                   each rank's health (~1/s)  -->  memory and steps/s in its row; quiet: flagged
                   results or exception       -->  panel.results / panel.error, shown plainly
     Stop    --> event.set(): the launcher stops every worker as for a KeyboardInterrupt
 
-With ``workers=`` (a session, launch/session.py) the form shows the session's choices, fixed,
+With ``workers=`` (a session, launch/local/session.py) the form shows the session's choices, fixed,
 and Launch becomes Run: ``Workers.call(function, args, display=_PanelDisplay, stop=event)``
 on the session's workers (which keep their namespace); Stop interrupts the run, and the
 session stays usable when every rank comes back.
 
-The panel holds no launch logic: validation is LaunchConfig's and hardware.resolve's, the
-launch is ``notebook_accel.launch.launch``. The launch runs in a thread so that the kernel keeps
-serving widget messages (the Stop button) while the workers run.
+The panel holds no launch logic: validation is LaunchConfig's and the launch's plan's
+(launch/plan.py, options/rules.py), the launch is ``notebook_accel.launch.launch``. The launch
+runs in a thread so that the kernel keeps serving widget messages (the Stop button) while the
+workers run.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import importlib.util
 import sys
 import threading
 import time
-import traceback
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -37,10 +37,11 @@ import ipywidgets as w
 
 from .. import hardware
 from ..config import LaunchConfig, load_file, save_file
-from ..errors import ConfigError, NotebookAccelError
-from ..launch import charts
-from ..launch.display import Bar, Display, Sink, meter
-from ..launch.session import Workers
+from ..errors import ConfigError, NotebookAccelError, user_text
+from ..launch.local.session import Workers
+from ..launch.plan import plan_for
+from ..launch.show import charts
+from ..launch.show.display import Bar, Display, Sink, meter
 from ..reporting.channel import Health, Progress
 
 __all__ = ["LaunchPanel"]
@@ -294,7 +295,7 @@ class LaunchPanel(w.VBox):
         try:
             config = self.launch_config
             if config.cluster is None:  # bad choices are reported before starting
-                hardware.resolve(config, self.machine)
+                plan_for(config, self.machine)  # the launch's own checks (options/rules.py)
         except ConfigError as exc:
             self._say(str(exc), warn=True)
             return
@@ -411,7 +412,7 @@ class LaunchPanel(w.VBox):
             return
         self._say(f"Failed after {seconds:.1f} s.", warn=True)
         remote = exc.__cause__
-        detail = str(remote) if remote is not None else "".join(traceback.format_exception(exc))
+        detail = str(remote) if remote is not None else user_text(exc)
         self.outcome.value = (
             '<div class="notebook-accel-error"><b>Error</b>: '
             f"<code>{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</code>"
@@ -595,7 +596,7 @@ def _ray_cluster() -> tuple[str, int, int] | None:
     try:
         if ray is None or not ray.is_initialized():
             return None
-        from ..launch.ray.backend import describe_cluster
+        from ..launch.cluster.ray.driver import describe_cluster
 
         total = ray.cluster_resources()
         return describe_cluster(ray), int(total.get("CPU", 0)), int(total.get("GPU", 0))

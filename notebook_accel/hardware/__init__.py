@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from .. import env
 from ..config import LaunchConfig
 from ..errors import ConfigError
+from ..options import rules
 from . import gpu as hardware_gpu
 from . import tpu as hardware_tpu
 
-__all__ = ["Machine", "Plan", "detect", "resolve", "kinds", "HardwareKind"]
+__all__ = ["Machine", "Plan", "detect", "resolve", "kinds", "HardwareKind", "usable_cores"]
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,14 @@ def _place() -> str:
     return "terminal"
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's or ``taskset``'s
+    limit), where the platform has one, else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def detect() -> Machine:
     """Look at the machine now (no CUDA context is created)."""
     cuda = hardware_gpu.probe()
@@ -241,7 +250,7 @@ def detect() -> Machine:
     lowest = min(known) if known and len(known) == len(cuda.devices) else None
     tpu_cores, tpu_type, tpu_method = _tpu()
     return Machine(
-        cpu_cores=os.cpu_count() or 1,
+        cpu_cores=usable_cores(),
         cuda_names=tuple(d.name for d in cuda.devices),
         cuda_bf16=None if lowest is None else lowest >= (8, 0),
         mps=_mps(),
@@ -269,18 +278,16 @@ def resolve(config: LaunchConfig, machine: Machine | None = None) -> Plan:
     n = config.num_processes or kind.default_processes(machine)
     if bound and n > bound:
         raise ConfigError("num_processes", n, f"an int in [1, {bound}] on {kind.describe(machine)}")
-    _check_precision(config.mixed_precision, kind, machine)
+    if config.mixed_precision != "no":  # (CPU's precisions import torch to find fp16)
+        known = kind.name != "cuda" or machine.cuda_capability is not None
+        rules.precision_on(
+            config.mixed_precision,
+            kind.precisions(machine),
+            kind.describe(machine),
+            capability_unknown="" if known else hardware_gpu.INSTALL_HINT,
+        )
     if config.deepspeed is not None:
-        from ..options.deepspeed import precisions  # torch-free
-
-        accepted = precisions(kind.device_type)
-        if config.mixed_precision not in accepted:
-            raise ConfigError(
-                "mixed_precision",
-                config.mixed_precision,
-                " or ".join(map(repr, accepted)) + f" with DeepSpeed on {kind.describe(machine)}",
-                "DeepSpeed's CPU accelerator has no fp16; use bf16.",
-            )
+        rules.deepspeed_precision(config.mixed_precision, kind.device_type)
     return Plan(
         hardware=kind.name,
         num_processes=n,
@@ -288,31 +295,3 @@ def resolve(config: LaunchConfig, machine: Machine | None = None) -> Plan:
         device_type=kind.device_type,
         label=kind.label(machine),
     )
-
-
-def _check_precision(precision: str, kind: HardwareKind, machine: Machine) -> None:
-    precisions = ("no",) if precision == "no" else kind.precisions(machine)
-    if precision not in precisions:
-        hint = ""
-        if precision == "fp8":
-            known = kind.name != "cuda" or machine.cuda_capability is not None
-            hint = (
-                "fp8 needs a CUDA GPU with compute capability >= 8.9 (Ada, Hopper or newer)"
-                + ("" if known else f"; this GPU's is unknown: {hardware_gpu.INSTALL_HINT}")
-                + ". To try the fp8 path anywhere, call Accelerator(mixed_precision='fp8', "
-                "kwargs_handlers=[AORecipeKwargs(config=Float8LinearConfig(emulate=True))]) "
-                "inside the function instead."
-            )
-        raise ConfigError(
-            "mixed_precision",
-            precision,
-            f"one of {', '.join(map(repr, precisions))} on {kind.describe(machine)}",
-            hint,
-        )
-    if precision == "fp8" and importlib.util.find_spec("torchao") is None:
-        raise ConfigError(
-            "mixed_precision",
-            precision,
-            "torchao installed for fp8",
-            "pip install 'notebook_accel[fp8]'.",
-        )

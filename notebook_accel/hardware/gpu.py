@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import env
+from ..private import torch as private_torch
 
 __all__ = ["Gpu", "MigDevice", "CudaDevice", "CudaFound", "probe", "visible", "INSTALL_HINT"]
 
@@ -144,12 +145,7 @@ def _nvml_library() -> bool:
 
 def _count_from_torch() -> int:
     """torch's NVML-based count (CUDA_VISIBLE_DEVICES applied); negative when it cannot tell."""
-    import torch
-
-    if not torch.version.cuda:
-        return -1
-    count = getattr(torch.cuda, "_device_count_nvml", None)
-    return int(count()) if count is not None else -1
+    return private_torch.nvml_device_count()
 
 
 def probe() -> CudaFound:

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..private import torch as private_torch
 
 __all__ = [
     "DeepSpeedPlugin",
     "ZERO_STAGES",
     "OFFLOAD_DEVICES",
     "coerce_option",
-    "precisions",
 ]
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -216,10 +216,10 @@ class DeepSpeedPlugin:
         """
         config = self.init_config()
         import deepspeed
-        import torch._dynamo  # noqa: F401
 
         # zero.Init swaps torch.Tensor.__new__ while open; torch._dynamo checks that
         # signature when first imported (an optimizer's first use imports it) and fails.
+        private_torch.import_dynamo()
         return deepspeed.zero.Init(config_dict_or_path=config)
 
     def init_config(self) -> dict[str, Any]:
@@ -334,17 +334,6 @@ def _fill_sizes(zero: dict[str, Any], hidden: int | None, device_type: str) -> N
             continue
         rule = rules.get(key)
         zero[key] = default if hidden is None or rule is None else rule(hidden)
-
-
-def precisions(device_type: str) -> tuple[str, ...]:
-    """The ``mixed_precision`` values DeepSpeed trains with on ``device_type``: its CPU
-    accelerator refuses fp16 ("Type fp16 is not supported on your device").
-
-    Example:
-        >>> precisions("cpu")
-        ('no', 'bf16')
-    """
-    return ("no", "bf16") if device_type == "cpu" else ("no", "fp16", "bf16")
 
 
 def coerce_option(value: object) -> dict[str, Any] | None:

@@ -28,7 +28,6 @@ __all__ = [
     "TorchDynamoPlugin",
     "check_backend",
     "coerce_option",
-    "refuse_with_sharding",
 ]
 
 
@@ -193,21 +192,6 @@ class TorchDynamoPlugin:
         }
         fields = self.to_dict()
         return {k: fields[k] for k, default in defaults.items() if fields[k] != default}
-
-
-def refuse_with_sharding(backend: str) -> None:
-    """torch.compile is built for DDP and one process: with FSDP, DeepSpeed or tensor
-    parallelism a backend other than ``"no"`` is refused.
-
-    Raises:
-        ConfigError: always (naming ``dynamo_backend``).
-    """
-    raise ConfigError(
-        "dynamo_backend",
-        backend,
-        "'no' with FSDP, DeepSpeed or tensor parallelism (not built yet)",
-        "Compile with DDP or in one process, or leave dynamo_backend unset.",
-    )
 
 
 def coerce_option(value: object) -> str:

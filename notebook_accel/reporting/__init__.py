@@ -6,5 +6,5 @@
     live.py      Accelerator.log rows batched to the parent, the health thread
     scalars.py   one number from what a user logs (the chart and the trackers share it)
 
-The launcher's parent side (``launch/display.py``, ``launch/charts.py``) draws them.
+The launcher's parent side (``launch/show/display.py``, ``launch/show/charts.py``) draws them.
 """

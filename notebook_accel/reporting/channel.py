@@ -3,7 +3,7 @@
     worker                                   parent
     ------                                   ------
     Progress(bar, n, total, desc, ...)  -->  display: draw/update a bar
-    Metrics(rows)   (rank 0's log() calls,  -->  display: the live chart (launch/charts.py)
+    Metrics(rows)   (rank 0's log() calls,  -->  display: the live chart (launch/show/charts.py)
                      batched, ~4/s at most)
     Health(rss, gpu, steps)  (~1/s)         -->  the panel's rank rows
     Result(value, handle)               -->  collect, in rank order (large buffers

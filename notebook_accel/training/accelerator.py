@@ -1,8 +1,11 @@
 """Accelerator: the thin facade a training function talks to, with accelerate's names.
 
-Each call is delegated: process facts to ``state``, precision to ``precision``, data to
-``data``, collectives to ``collectives``, checkpoints to ``checkpoint``. This module only keeps
-the list of prepared objects and the shared ``GradientState``.
+Its options are settled by ``choices.py`` (the launcher's defaults, accelerate's spellings,
+the rules of combination), which also builds its process state, precision and strategy. Each
+call is then delegated: process facts to ``state``/``processes``, precision to ``precision``,
+the spreading of models to the strategy (``strategies/``), data to ``data``, collectives to
+``collectives``, checkpoints to ``checkpoint``, logging to ``tracking``. This module keeps the
+prepared objects, the shared ``GradientState``, the step count and the hooks.
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -25,34 +27,30 @@ from torch.utils.hooks import RemovableHandle
 from .. import env
 from ..errors import CheckpointError, ConfigError
 from ..options.deepspeed import DeepSpeedPlugin
-from ..options.dynamo import DynamoBackend, TorchDynamoPlugin, check_backend, refuse_with_sharding
+from ..options.dynamo import DynamoBackend, TorchDynamoPlugin
 from ..options.fsdp import FsdpConfig
 from ..options.parallelism import ParallelismConfig
 from ..reporting import live
 from ..seeding import set_seed
-from . import collectives, strategies, tracking
+from . import collectives, tracking
 from . import compile as compiling
 from .checkpoint import files as checkpoint_files
 from .checkpoint import folder as checkpoint
+from .choices import OPTIONS, accumulation_steps, settle
 from .data.config import DataLoaderConfiguration
 from .data.loader import DataLoaderShard, skip_first_batches
-from .data.rng import RNG_TYPES, synchronize_rng_states
+from .data.rng import synchronize_rng_states
 from .data.sharding import shard_data_loader
 from .handlers import (
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
     KwargsHandler,
-    collect,
 )
 from .memory import release_memory
-from .precision import check_precision, make_precision
 from .precision.modes import AutocastForward, MixedPrecision
 from .precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 from .processes import PartialState
 from .profiling import ProfileKwargs, profiled
 from .project import ProjectConfiguration
-from .state import DistributedType, GradientState, ProcessState
+from .state import DistributedType, GradientState
 from .strategies.dummies import DummyOptim, DummyScheduler
 
 __all__ = ["Accelerator", "DistributedType"]
@@ -60,24 +58,6 @@ __all__ = ["Accelerator", "DistributedType"]
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound=KwargsHandler)
 _Params = torch.Tensor | Iterable[torch.Tensor]
-
-
-def _accumulation_steps(value: int | None) -> int:
-    if value is None:
-        value = int(env.launch_option("gradient_accumulation_steps") or 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError("gradient_accumulation_steps", value, "an int >= 1")
-    return value
-
-
-def _rng_types(value: list[str] | None) -> list[str]:
-    if value is None:
-        return ["generator"]
-    # accelerate's RNGType members are str enums: take their values.
-    names = [getattr(v, "value", v) for v in value] if isinstance(value, list | tuple) else None
-    if names is None or any(n not in RNG_TYPES for n in names):
-        raise ConfigError("rng_types", value, "a list of " + ", ".join(map(repr, RNG_TYPES)))
-    return [str(n) for n in names]
 
 
 class Accelerator:
@@ -166,82 +146,26 @@ class Accelerator:
         dynamo_backend: DynamoBackend | str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
     ) -> None:
-        # Validate every argument before joining a process group: errors come out clean.
-        if mixed_precision is None:
-            mixed_precision = env.launch_option("mixed_precision") or "no"  # type: ignore[assignment]
-        precision = check_precision(mixed_precision)
-        fsdp = _fsdp_plugin(fsdp, fsdp_plugin)
-        fsdp_config = FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
-        plugin = _deepspeed_plugin(deepspeed_plugin, fsdp_config)
-        if parallelism_config is None and env.launch_option("parallelism_config"):
-            fields = json.loads(env.launch_option("parallelism_config") or "{}")
-            parallelism_config = ParallelismConfig(**fields)
-        if parallelism_config is not None and not isinstance(parallelism_config, ParallelismConfig):
-            raise ConfigError("parallelism_config", parallelism_config, "a ParallelismConfig")
-        if gradient_accumulation_steps is None and plugin is not None:
-            gradient_accumulation_steps = plugin.accumulation_steps
-        steps = _accumulation_steps(gradient_accumulation_steps)
-        mesh = parallelism_config
-        shards = bool(fsdp_config or plugin or (mesh and mesh.tp_size * mesh.dp_shard_size > 1))
-        dynamo = _dynamo_plugin(dynamo_backend, dynamo_plugin, shards)
-        if project_config is not None and not isinstance(project_config, ProjectConfiguration):
-            raise ConfigError("project_config", project_config, "a ProjectConfiguration or None")
-        self.project_configuration = project_config or ProjectConfiguration()
-        if project_dir is not None:
-            self.project_configuration.set_directories(project_dir)
-        self._handlers = collect(kwargs_handlers)
+        # Every option settled (and refused) before joining a process group, and the parts
+        # built from them (training/choices.py: the launcher's defaults, accelerate's other
+        # spellings, options/rules.py's combinations): errors come out clean.
+        choices = settle(**{name: value for name, value in locals().items() if name in OPTIONS})
         self.log_with = tracking.resolve(log_with)  # [metrics] names checked before anything
-        self.dataloader_config = _data_config(dataloader_config, split_batches, even_batches)
-        if not isinstance(step_scheduler_with_optimizer, bool):
-            raise ConfigError(
-                "step_scheduler_with_optimizer", step_scheduler_with_optimizer, "True or False"
-            )
-        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self.rng_types = _rng_types(rng_types)
-        ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
-        clash = sorted(set(ddp_options) & set(ddp_kwargs or {}))
-        if clash:
-            raise ConfigError(
-                "ddp_kwargs",
-                {k: (ddp_kwargs or {})[k] for k in clash},
-                "keys not also set by the DistributedDataParallelKwargs handler",
-            )
-        group_options = self._handler_kwargs(InitProcessGroupKwargs)
-        self.state = dataclasses.replace(
-            ProcessState.from_environment(cpu=cpu, group_options=group_options),
-            deepspeed_plugin=plugin,
-            dynamo_plugin=dynamo,
-        )
-        self._processes = PartialState.of(self.state)
-        # An XLA job's precision (graph cut per step, gradients averaged across device threads)
-        # follows the job's backend, whatever device object torch_xla hands out.
-        kind = "xla" if self.state.backend == "xla" else self.state.device.type
-        self.precision = make_precision(
-            precision,
-            kind,
-            self._handler_kwargs(GradScalerKwargs),
-            self._fp8_recipe(),
-            self.state.device,
-            loss_scaler=plugin is None,  # DeepSpeed scales fp16 losses itself (its config)
-        )
-        self.gradient_state = GradientState(accumulation_steps=steps)
+        self._handlers = choices.handlers
+        self.project_configuration = choices.project
+        self.dataloader_config = choices.dataloader
+        self.step_scheduler_with_optimizer = choices.step_scheduler_with_optimizer
+        self.rng_types = choices.rng_types
+        self.deepspeed_plugin, self.dynamo_plugin = choices.deepspeed, choices.dynamo
+        self.ddp_kwargs = choices.ddp_kwargs
         self.device_placement = device_placement
-        self.ddp_kwargs = {**ddp_options, **(ddp_kwargs or {})}
-        # How models are spread over the processes: everything specific to DDP or FSDP
-        # lives in the strategy (notebook_accel/strategies/).
-        self._strategy = strategies.select(
-            self.state,
-            fsdp=fsdp_config,
-            ddp_kwargs=self.ddp_kwargs,
-            ddp_handler=self._handler(DistributedDataParallelKwargs),
-            deepspeed=plugin,
-            gradient_state=self.gradient_state,
-            mixed_precision=precision,
-            split_batches=self.dataloader_config.split_batches,
-            parallelism=parallelism_config,
-        )
-        self.deepspeed_plugin = plugin
-        self.dynamo_plugin = dynamo
+        self.state = choices.process_state(cpu)  # the job's size checked against the options
+        self._processes = PartialState.of(self.state)
+        self.precision = choices.precision_for(self.state)
+        self.gradient_state = GradientState(accumulation_steps=choices.accumulation_steps)
+        # How models are spread over the processes: everything specific to one kind of
+        # parallelism lives in its strategy (strategies/).
+        self._strategy = choices.strategy_for(self.state, self.gradient_state)
         self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
         self.step = 0  # backward() calls, saved in checkpoints
         self._objects = checkpoint.Stateful()
@@ -275,7 +199,9 @@ class Accelerator:
     )
     distributed_type = property(lambda self: self.state.distributed_type, doc="NO/MULTI_CPU/...")
     use_distributed = property(lambda self: self.state.world_size > 1, doc="More than 1 rank.")
-    mixed_precision = property(lambda self: self.precision.name, doc="'no', 'fp16' or 'bf16'.")
+    mixed_precision = property(
+        lambda self: self.precision.name, doc="'no', 'fp16', 'bf16' or 'fp8'."
+    )
     scaler = property(lambda self: self.precision.scaler, doc="fp16's GradScaler, else None.")
     sync_gradients = property(
         lambda self: self.gradient_state.sync_gradients, doc="Does this micro-batch step?"
@@ -291,7 +217,7 @@ class Accelerator:
     def gradient_accumulation_steps(self, value: int) -> None:
         if value is None:  # None means "the launcher's" only at construction
             raise ConfigError("gradient_accumulation_steps", value, "an int >= 1")
-        self.gradient_state.accumulation_steps = _accumulation_steps(value)
+        self.gradient_state.accumulation_steps = accumulation_steps(value)
 
     project_dir = property(
         lambda self: self.project_configuration.project_dir, doc="The run's folder, or None."
@@ -348,10 +274,6 @@ class Accelerator:
         """The options the user set in the ``kind`` handler (``{}`` without one)."""
         handler = self._handler(kind)
         return handler.to_kwargs() if handler is not None else {}
-
-    def _fp8_recipe(self) -> KwargsHandler | None:
-        """The user's AORecipeKwargs, found by name so that fp8.py loads only for fp8."""
-        return next((h for k, h in self._handlers.items() if k.__name__ == "AORecipeKwargs"), None)
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
@@ -1130,87 +1052,6 @@ class Accelerator:
             f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
             f"mixed_precision={self.mixed_precision!r})"
         )
-
-
-def _fsdp_plugin(fsdp: object, plugin: object) -> Any:
-    """``fsdp=``, or accelerate's ``fsdp_plugin=`` (a FullyShardedDataParallelPlugin(...))."""
-    if plugin is None:
-        return fsdp
-    if fsdp is not None:
-        raise ConfigError("fsdp_plugin", plugin, "one of fsdp= and fsdp_plugin=")
-    if not isinstance(plugin, FsdpConfig):
-        raise ConfigError("fsdp_plugin", plugin, "a FullyShardedDataParallelPlugin(...) or None")
-    return plugin
-
-
-def _deepspeed_plugin(value: object, fsdp: FsdpConfig | None) -> DeepSpeedPlugin | None:
-    """The plugin given, or the launch's (``notebook_launcher(deepspeed=...)``), checked
-    before any process group work: a DeepSpeedPlugin, not with FSDP, package installed."""
-    if value is None:
-        option = env.launch_option("deepspeed")
-        value = DeepSpeedPlugin(**json.loads(option)) if option else None
-    if value is None:
-        return None
-    if not isinstance(value, DeepSpeedPlugin):
-        raise ConfigError("deepspeed_plugin", value, "a DeepSpeedPlugin or None")
-    if fsdp:
-        raise ConfigError(
-            "deepspeed_plugin",
-            "together with fsdp",
-            "one of deepspeed_plugin= and fsdp=",
-            "DeepSpeed's ZeRO and FSDP both shard the model; pick one.",
-        )
-    from .strategies.deepspeed import require_deepspeed
-
-    require_deepspeed()
-    return value
-
-
-def _dynamo_plugin(backend: object, plugin: object, shards: bool) -> TorchDynamoPlugin:
-    """One TorchDynamoPlugin from ``dynamo_backend`` or ``dynamo_plugin`` (or the launch's);
-    refused with a strategy that ``shards`` the model (FSDP, DeepSpeed, TP)."""
-    chosen = _dynamo_choice(backend, plugin)
-    if chosen.enabled and shards:
-        refuse_with_sharding(chosen.backend.value.lower())
-    return chosen
-
-
-def _dynamo_choice(backend: object, plugin: object) -> TorchDynamoPlugin:
-    if plugin is not None and not isinstance(plugin, TorchDynamoPlugin):
-        raise ConfigError("dynamo_plugin", plugin, "a TorchDynamoPlugin or None")
-    if plugin is not None and backend is not None:
-        raise ConfigError(
-            "dynamo_backend",
-            backend,
-            "None when dynamo_plugin is given",
-            "Set the backend in the TorchDynamoPlugin.",
-        )
-    if plugin is not None:
-        return plugin
-    if backend is not None:
-        return TorchDynamoPlugin(backend=check_backend("dynamo_backend", backend))
-    return TorchDynamoPlugin()
-
-
-def _data_config(
-    config: DataLoaderConfiguration | None, split_batches: bool | None, even_batches: bool | None
-) -> DataLoaderConfiguration:
-    """One DataLoaderConfiguration from ``dataloader_config`` or the two direct arguments."""
-    if config is not None and not isinstance(config, DataLoaderConfiguration):
-        raise ConfigError("dataloader_config", config, "a DataLoaderConfiguration or None")
-    if config is not None and (split_batches is not None or even_batches is not None):
-        raise ConfigError(
-            "split_batches/even_batches",
-            (split_batches, even_batches),
-            "None when dataloader_config is given",
-            "Set them in the DataLoaderConfiguration.",
-        )
-    if config is not None:
-        return config
-    return DataLoaderConfiguration(
-        split_batches=False if split_batches is None else split_batches,
-        even_batches=True if even_batches is None else even_batches,
-    )
 
 
 def _follow_parameters(

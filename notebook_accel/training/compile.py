@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..options.dynamo import TorchDynamoPlugin
+from ..private import torch as private_torch
 
 __all__ = [
     "compile_model",
@@ -37,7 +38,7 @@ def is_compiled_module(module: object) -> bool:
         >>> is_compiled_module(torch.compile(torch.nn.Linear(2, 2)))
         True
     """
-    return isinstance(module, torch._dynamo.eval_frame.OptimizedModule)
+    return private_torch.is_compiled(module)
 
 
 _optimized = is_compiled_module
@@ -68,17 +69,18 @@ def _whole(module: Any, kwargs: dict[str, Any]) -> torch.nn.Module:
 def _regions(module: torch.nn.Module, kwargs: dict[str, Any]) -> torch.nn.Module:
     if _repeated(module):
         # Each entry, repeats included (children() would skip a block listed twice).
-        return torch.nn.ModuleList([_whole(b, kwargs) for b in module._modules.values()])
+        blocks = private_torch.children(module).values()
+        return torch.nn.ModuleList([_whole(b, kwargs) for b in blocks])
     if not any(_repeated(m) for m in module.modules()):
         return _whole(module, kwargs)
     # A path down to repeated blocks: a shallow copy (same parameters, buffers, flags), so
     # that the user's own module object stays as it was.
     twin = type(module).__new__(type(module))
     twin.__dict__.update(module.__dict__)
-    twin._modules = {
-        name: None if child is None else _regions(child, kwargs)
-        for name, child in module._modules.items()
-    }
+    inside = private_torch.children(module).items()
+    private_torch.set_children(
+        twin, {name: None if child is None else _regions(child, kwargs) for name, child in inside}
+    )
     return twin
 
 
@@ -112,12 +114,12 @@ def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn
 def strategy_view(model: torch.nn.Module) -> torch.nn.Module:
     """The module a strategy acts on: inside a whole-model compile, the wrapped module
     (its forward is what the compiled one calls); a regional copy is that module itself."""
-    return model._orig_mod if _optimized(model) else model  # type: ignore[return-value]
+    return private_torch.compiled_original(model) if _optimized(model) else model
 
 
 def uncompiled(model: torch.nn.Module) -> torch.nn.Module:
     """The module before ``compile_model`` (itself if it was not compiled by it)."""
     if _optimized(model):
-        return model._orig_mod  # type: ignore[return-value]
+        return private_torch.compiled_original(model)
     original = model.__dict__.get("_orig_mod")
     return original if isinstance(original, torch.nn.Module) else model

@@ -1,5 +1,5 @@
 """CUDA used in the notebook before the launcher is imported: the forkserver that the import
-starts early (engine.warm_up_early) is then not a fork of the notebook (the zygote, where
+starts early (forkserver.warm_up_early) is then not a fork of the notebook (the zygote, where
 CUDA is not in use) but a fresh interpreter, so the workers it forks initialise CUDA
 themselves (a fork of this process could not)."""
 
@@ -17,8 +17,8 @@ def test_cuda_initialised_before_the_launcher_is_imported_stays_out_of_the_worke
         "x = torch.ones(4, device='cuda')  # CUDA initialised in the notebook first\n"
         "assert torch.cuda.is_initialized()\n"
         "from notebook_accel import notebook_launcher\n"
-        "from notebook_accel.launch import engine\n"
-        "engine._early.join()\n"
+        "from notebook_accel.launch.local import forkserver as warm\n"
+        "warm._early.join()\n"
         "def work():\n"
         "    import os, torch\n"
         "    before = torch.cuda.is_initialized()\n"

@@ -11,7 +11,7 @@ import psutil
 def worker_processes() -> list[psutil.Process]:
     """Every process started by the forkserver (our workers and their children), but the
     idle ones pre-forked for the next launch (engine.idle_pool: they never ran anything)."""
-    from notebook_accel.launch.engine import idle_pool
+    from notebook_accel.launch.local.idle import idle_pool
 
     pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
     if pid is None:

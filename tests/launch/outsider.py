@@ -62,7 +62,7 @@ def _tcpstore(host: str, port: int, marker: str) -> str:
 
 
 def _ours(host: str, port: int, role: bytes) -> str:
-    from notebook_accel.launch import auth
+    from notebook_accel.launch.meet import auth
 
     try:
         channel = auth.connect(host, port, role, b"not the job's secret", 10, "outsider")
@@ -75,7 +75,7 @@ def _ours(host: str, port: int, role: bytes) -> str:
 def main() -> None:
     host, port, marker = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     _wait_open(host, port)
-    from notebook_accel.launch import auth
+    from notebook_accel.launch.meet import auth
 
     tries = {
         "tcpstore": _tcpstore(host, port, marker),

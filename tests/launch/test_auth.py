@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from notebook_accel.launch import auth
-from notebook_accel.launch.table import StoreTimeout, Table, TableClient, serve
+from notebook_accel.launch.meet import auth
+from notebook_accel.launch.meet.table import StoreTimeout, Table, TableClient, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = b"the job's secret"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +40,35 @@ def test_worker_exception_is_reraised_as_its_type_with_traceback() -> None:
     assert "_fail_on_rank_one" in str(cause)  # the worker's frames, not the parent's
     assert 'raise ValueError("bad learning rate 3.0")' in str(cause)
     assert worker_processes() == []
+
+
+SCRIPT = """\
+from notebook_accel import notebook_launcher
+
+
+def two_lines():
+    return {}["missing"]
+
+
+if __name__ == "__main__":
+    notebook_launcher(two_lines, num_processes=2, hardware="cpu")
+"""
+
+
+def test_a_scripts_traceback_shows_the_worker_and_the_scripts_call_only(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode == 1
+    frames = [line.strip() for line in done.stderr.splitlines() if line.strip().startswith("File")]
+    # The worker's frame (in two_lines), then the script's own call: no frame of the launcher.
+    assert frames == [
+        f'File "{script}", line 5, in two_lines',
+        f'File "{script}", line 9, in <module>',
+    ], done.stderr
+    assert done.stderr.rstrip().endswith("the worker's traceback is shown above."), done.stderr
 
 
 class _Unpicklable(Exception):

@@ -52,7 +52,7 @@ def _many_groups(count: int) -> list[int]:
 
 
 def test_destroyed_groups_wait_for_the_exit_but_only_a_few() -> None:
-    from notebook_accel.launch.worker_store import _KEPT_GROUPS
+    from notebook_accel.launch.rank.worker_store import _KEPT_GROUPS
 
     count = _KEPT_GROUPS + 6
     for sockets in debug_launcher(_many_groups, (count,), num_processes=2, output="none"):

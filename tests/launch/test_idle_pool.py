@@ -15,7 +15,7 @@ import textwrap
 _LAUNCH = textwrap.dedent("""
     import json, os, select, signal, sys
     from notebook_accel import debug_launcher
-    from notebook_accel.launch.engine import idle_pool
+    from notebook_accel.launch.local.idle import idle_pool
 
     def pids():
         import os

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -30,7 +31,10 @@ CELLS = [
     # 4: after all that, the same kernel launches again and nothing was left behind
     "from tests.launch.helpers import worker_processes\n"
     "(notebook_launcher(lambda: 'ok', num_processes=2), len(worker_processes()))",
+    # 5: a one-line error in a two-line function: the cell shows it, and no launcher frame
+    "def two_lines():\n    return {}['missing']\nnotebook_launcher(two_lines, num_processes=2)",
 ]
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def _run_notebook() -> list[Any]:
@@ -84,3 +88,16 @@ def test_stop_button_then_the_kernel_launches_again(cells: list[Any]) -> None:
     errors = [o for o in cells[3].outputs if o["output_type"] == "error"]
     assert [e["ename"] for e in errors] == ["KeyboardInterrupt"]
     assert _result(cells[4]) == "(['ok', 'ok'], 0)"
+
+
+def test_an_error_cell_shows_the_workers_traceback_and_the_cell_only(cells: list[Any]) -> None:
+    errors = [o for o in cells[5].outputs if o["output_type"] == "error"]
+    assert [e["ename"] for e in errors] == ["KeyError"]
+    text = ANSI.sub("", "\n".join(errors[0]["traceback"]))
+    # The worker's traceback, whole: the function's frame and its line.
+    assert re.search(r"Traceback from rank [01]:", text), text
+    assert "in two_lines" in text and "return {}['missing']" in text, text
+    # Then the user's cell, and nothing of the launcher's insides.
+    assert "notebook_launcher(two_lines, num_processes=2)" in text, text
+    assert "notebook_accel" not in text.replace("[notebook_accel]", ""), text
+    assert len(text) < 2500, (len(text), text)

@@ -13,7 +13,7 @@ from typing import Any
 
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import launch
-from notebook_accel.launch.display import Bar, Display
+from notebook_accel.launch.show.display import Bar, Display
 from notebook_accel.reporting.channel import Metrics, Progress
 
 

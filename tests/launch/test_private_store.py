@@ -1,6 +1,6 @@
 """One machine: the launch's rendezvous is private to the user and leaves nothing behind.
 
-The workers meet in a FileStore on a memfd of the launcher (launch/rendezvous.py): no port,
+The workers meet in a FileStore on a memfd of the launcher (launch/meet/rendezvous.py): no port,
 no file. Another user (uid 65534, through setpriv, where the tests run as root) cannot open it
 to read or write a key, the launcher listens on no port, and a SIGKILLed Jupyter kernel takes
 the store with it.

@@ -1,4 +1,5 @@
-"""launch/secret.py: the job's secret: NOTEBOOK_ACCEL_SECRET, else a 0600 file made at first use."""
+"""launch/meet/secret.py: the job's secret: NOTEBOOK_ACCEL_SECRET, else a 0600 file made at
+first use."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from notebook_accel import debug_launcher, env
 from notebook_accel.errors import ConfigError
-from notebook_accel.launch.secret import job_secret
+from notebook_accel.launch.meet.secret import job_secret
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +53,7 @@ def test_a_file_others_can_read_is_refused(home: Path) -> None:
 
 _RACER = """
 import sys
-from notebook_accel.launch.secret import job_secret
+from notebook_accel.launch.meet.secret import job_secret
 sys.stdin.readline()  # all start together: the test writes one line to each
 print(job_secret().decode())
 """

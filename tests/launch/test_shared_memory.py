@@ -38,7 +38,7 @@ from notebook_accel import (
 )
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import launch
-from notebook_accel.launch.payload import build
+from notebook_accel.launch.wire.payload import build
 
 from .helpers import worker_processes
 
@@ -444,8 +444,8 @@ def test_pandas_frames_travel_out_of_band() -> None:
 
 def _load_twice_and_pack(payload: Any) -> Any:
     """What torch_xla's pool does with the payload: one process, a thread per device."""
-    from notebook_accel.launch.payload import load
-    from notebook_accel.launch.transport import pack
+    from notebook_accel.launch.wire.payload import load
+    from notebook_accel.launch.wire.transport import pack
 
     values = []
     for _ in range(2):  # each device gets its own copy of the captured data
@@ -461,8 +461,8 @@ def test_a_spawned_process_pool_gets_the_segments_as_torch_xla_s_does() -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from notebook_accel.launch.shm import shipped
-    from notebook_accel.launch.transport import unpack
+    from notebook_accel.launch.wire.shm import shipped
+    from notebook_accel.launch.wire.transport import unpack
 
     x = torch.zeros(MiB)
 

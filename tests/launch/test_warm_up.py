@@ -1,4 +1,4 @@
-"""The forkserver starts when the launcher is imported (engine.warm_up_early), printing
+"""The forkserver starts when the launcher is imported (forkserver.warm_up_early), printing
 nothing, ending with the process that imported it, off with NOTEBOOK_ACCEL_NO_WARMUP=1: a
 fork of the notebook (a zygote) where torch is imported and CUDA is not in use, else a
 fresh interpreter started in the background, so that the notebook's CUDA state never
@@ -21,8 +21,8 @@ _STARTED = (
     "import json, os\n"
     "from notebook_accel import notebook_launcher\n"
     "from multiprocessing import forkserver\n"
-    "from notebook_accel.launch import engine\n"
-    "thread = engine._early\n"
+    "from notebook_accel.launch.local import forkserver as warm\n"
+    "thread = warm._early\n"
     "thread is not None and thread.join()\n"
     "print(json.dumps({'thread': thread is not None,"
     " 'server': forkserver._forkserver._forkserver_pid}))\n"
@@ -72,8 +72,8 @@ def test_importing_the_package_alone_starts_nothing() -> None:
         "import notebook_accel, notebook_accel.config\n"
         "from notebook_accel import LaunchConfig\n"
         "from multiprocessing import forkserver\n"
-        "from notebook_accel.launch import engine\n"
-        "print(engine._early is None, forkserver._forkserver._forkserver_pid)"
+        "from notebook_accel.launch.local import forkserver as warm\n"
+        "print(warm._early is None, forkserver._forkserver._forkserver_pid)"
     )
     done = _python(code)
     assert done.returncode == 0, done.stderr
@@ -106,8 +106,8 @@ def test_in_a_real_kernel_the_early_start_prints_nothing_and_leaves_nothing() ->
             "from notebook_accel import notebook_launcher",
             # (this cell only asks; it waits for the early start, which already happened)
             "from multiprocessing import forkserver\n"
-            "from notebook_accel.launch import engine\n"
-            "engine._early.join()\n"
+            "from notebook_accel.launch.local import forkserver as warm\n"
+            "warm._early.join()\n"
             "server = forkserver._forkserver._forkserver_pid\n"
             "fork = open(f'/proc/{server}/cmdline').read() == open('/proc/self/cmdline').read()\n"
             "(server, fork)",
@@ -145,11 +145,11 @@ def _text(cell: Any) -> str:
 _ZYGOTE = (
     "import json, os, sys\n"
     "import torch\n"
-    "from notebook_accel.launch import engine\n"
+    "from notebook_accel.launch.local import forkserver as warm\n"
     "if sys.argv[1] == 'force_cuda':\n"
-    "    engine._cuda_initialised = lambda: True\n"
+    "    warm._cuda_initialised = lambda: True\n"
     "from notebook_accel import notebook_launcher\n"
-    "engine._early.join()\n"
+    "warm._early.join()\n"
     "from multiprocessing import forkserver\n"
     "server = forkserver._forkserver._forkserver_pid\n"
     "def work():\n"

@@ -10,8 +10,8 @@ import pytest
 from notebook_accel import last_metrics
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import debug_launcher, launch
-from notebook_accel.launch.charts import Board, TextLine, render_png
-from notebook_accel.launch.display import Display
+from notebook_accel.launch.show.charts import Board, Renderer, TextLine
+from notebook_accel.launch.show.display import Display
 from notebook_accel.reporting.channel import Health, Metrics
 
 
@@ -69,7 +69,7 @@ def test_the_chart_renders_as_a_png() -> None:
     pytest.importorskip("matplotlib", reason="the chart needs matplotlib (notebook_accel[charts])")
     board = Board()
     board.add(((0, {"loss": 1.0}), (1, {"loss": 0.5})))
-    assert render_png(board).startswith(b"\x89PNG")
+    assert Renderer().png(board).startswith(b"\x89PNG")
 
 
 def log_every_iteration(n: int) -> float:

@@ -9,7 +9,7 @@ import tqdm.auto
 
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import launch
-from notebook_accel.launch.display import Display
+from notebook_accel.launch.show.display import Display
 from notebook_accel.reporting.channel import Progress
 from notebook_accel.reporting.progress import channel, trange
 from notebook_accel.reporting.progress import tqdm as bar

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ...errors import CheckpointError, ConfigError
+from ...private import numpy as private_numpy
 
 __all__ = [
     "write_atomic",
@@ -48,7 +49,7 @@ __all__ = [
 # Globals that numpy's state tuple needs when unpickled (accelerate's random_states_N.pkl):
 # array and dtype reconstruction, and the codecs call protocol-2 pickles use for bytes.
 _NUMPY_GLOBALS: list[Any] = [
-    np._core.multiarray._reconstruct,  # type: ignore[attr-defined]
+    private_numpy.array_reconstructor(),
     np.ndarray,
     np.dtype,
     np.dtypes.UInt32DType,

@@ -56,6 +56,7 @@ import torch
 
 from ... import env
 from ...errors import CheckpointError, ConfigError
+from ...private import torch as private_torch
 from ..state import ProcessState
 from . import files as io
 
@@ -121,9 +122,7 @@ def _paths(directory: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
 
 def _store(state: ProcessState) -> Any:
     """The job's key-value store (the one the process group rendezvoused through)."""
-    from torch.distributed import distributed_c10d
-
-    return distributed_c10d._get_default_store()
+    return private_torch.default_store()
 
 
 def _writer_rank(state: ProcessState, on_each_node: bool) -> int:

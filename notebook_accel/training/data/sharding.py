@@ -17,6 +17,7 @@ from typing import Any
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from ...errors import ConfigError
+from ...private import torch as private_torch
 from ..state import GradientState, ProcessState
 from .config import DataLoaderConfiguration
 from .iterable import Dispatcher, shard_iterable_loader
@@ -88,7 +89,7 @@ def shard_data_loader(
             random.data_source,
             seed,
             replacement=random.replacement,
-            num_samples=random._num_samples,
+            num_samples=private_torch.sampler_num_samples(random),
         )
         batches = BatchSampler(seedable, batch_size or 1, drop_last)
         samplers = [seedable]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, get_args
 
 from ...errors import ConfigError
+from ...options import rules
 from .modes import (
     _PRECISIONS,
     EngineFp16Precision,
@@ -61,10 +62,7 @@ def make_precision(
             "mixed_precision", name, "'fp8' when kwargs_handlers holds an AORecipeKwargs"
         )
     if device_type == "xla":
-        if name in ("fp16", "fp8"):
-            raise ConfigError(
-                "mixed_precision", name, "'no' or 'bf16' on TPU (XLA)", "TPUs compute in bf16."
-            )
+        rules.precision_on(name, ("no", "bf16"), "TPU (XLA)", "TPUs compute in bf16.")
         return XlaPrecision(device_type, name)
     if name == "fp16":
         if not loss_scaler:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ...private import torch as private_torch
 from ..state import GradientState
 from .modes import Precision
 
@@ -129,7 +130,7 @@ class AcceleratedScheduler:
         for _ in range(1 if self.split_batches else self.num_processes):
             total = getattr(self.scheduler, "total_steps", None)
             # OneCycleLR raises past its total_steps; a short last epoch can get there.
-            if total is not None and self.scheduler._step_count > total:
+            if total is not None and private_torch.scheduler_step_count(self.scheduler) > total:
                 break
             self.scheduler.step(*args, **kwargs)
 

@@ -7,14 +7,14 @@
     deepspeed.py  DeepSpeedStrategy: ZeRO 0-3 through a DeepSpeed engine (optional extra)
     tensor_parallel.py  TensorParallelStrategy: parallelize_module on a "tp" mesh
 
-The Accelerator builds one with :func:`select` and delegates to it.
+The Accelerator builds one with :func:`select` and delegates to it; which options may be
+combined was settled before (options/rules.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...errors import ConfigError
 from ...options.deepspeed import DeepSpeedPlugin
 from ...options.fsdp import FsdpConfig
 from ...options.parallelism import ParallelismConfig
@@ -37,23 +37,16 @@ def select(
     split_batches: bool = False,
     parallelism: ParallelismConfig | None = None,
 ) -> Strategy:
-    """The strategy for an Accelerator's options (validated already): DeepSpeed when a
-    plugin is given, FSDP when ``fsdp`` is set, else DDP (which leaves a single process's
-    models unwrapped).
+    """The strategy for an Accelerator's options, settled already (training/choices.py, the
+    rules of options/rules.py): with a mesh, tensor parallelism when ``tp_size > 1``, else
+    FSDP/HSDP when ``dp_shard_size > 1``; DeepSpeed when a plugin is given; FSDP when
+    ``fsdp`` is set; else DDP (which leaves a single process's models unwrapped).
 
     Raises:
-        ConfigError: DeepSpeed and FSDP together, or the strategy refuses this job (FSDP
-            on one process, DeepSpeed not installed).
+        ConfigError: the strategy refuses this job (a hybrid mesh the job's size does not
+            allow, a precision DeepSpeed does not train with here).
     """
     if parallelism is not None:
-        if deepspeed is not None or fsdp:
-            raise ConfigError(
-                "parallelism_config",
-                parallelism.sizes(),
-                "None when deepspeed_plugin or fsdp is set",
-                "The mesh's dp_shard_size already means FSDP; pick one way to say it.",
-            )
-        parallelism.check(state.world_size)
         if parallelism.tp_size > 1:
             from .tensor_parallel import TensorParallelStrategy
 
@@ -65,13 +58,6 @@ def select(
                 sharding_strategy="hybrid" if hybrid else "full",
                 hybrid_shard_size=parallelism.dp_shard_size if hybrid else None,
             )
-    if deepspeed is not None and fsdp:
-        raise ConfigError(
-            "deepspeed_plugin",
-            "together with fsdp",
-            "one of deepspeed_plugin= and fsdp=",
-            "DeepSpeed's ZeRO and FSDP both shard the model; pick one.",
-        )
     if deepspeed is not None:
         from .deepspeed import DeepSpeedStrategy
 

@@ -37,7 +37,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ...errors import CheckpointError, ConfigError
-from ...options.deepspeed import DeepSpeedPlugin, precisions
+from ...options import rules
+from ...options.deepspeed import DeepSpeedPlugin
 from ..checkpoint.files import untrusted
 from ..checkpoint.folder import Stateful, find
 from ..precision.modes import Precision
@@ -49,24 +50,11 @@ from .dummies import DummyOptim, DummyScheduler, parameters_of
 __all__ = [
     "DeepSpeedStrategy",
     "DeepSpeedOptimizer",
-    "require_deepspeed",
     "CHECKPOINT_TAG",
 ]
 
 # accelerate saves DeepSpeed's checkpoint under this tag in the checkpoint folder.
 CHECKPOINT_TAG = "pytorch_model"
-
-
-def require_deepspeed() -> None:
-    """Raise a ConfigError naming the extra when the ``deepspeed`` package is missing."""
-    if importlib.util.find_spec("deepspeed") is None:
-        raise ConfigError(
-            "deepspeed",
-            "not installed",
-            "the deepspeed package",
-            "pip install 'notebook-accel[deepspeed]' after torch, with "
-            "--no-build-isolation (DeepSpeed builds against the installed torch).",
-        )
 
 
 def _engine_type() -> type:
@@ -199,15 +187,7 @@ class DeepSpeedStrategy(Strategy):
         mixed_precision: str,
         split_batches: bool = False,
     ) -> None:
-        require_deepspeed()
-        if mixed_precision not in precisions(state.device.type):
-            raise ConfigError(
-                "mixed_precision",
-                mixed_precision,
-                " or ".join(map(repr, precisions(state.device.type)))
-                + f" with DeepSpeed on {state.device.type.upper()}",
-                "DeepSpeed's CPU accelerator has no fp16; use bf16.",
-            )
+        rules.deepspeed_precision(mixed_precision, state.device.type)
         super().__init__(state)
         self.created_group = False
         if not torch.distributed.is_initialized():

@@ -2,7 +2,8 @@
 
     Accelerator(fsdp=FsdpConfig(...) | dict | "full" | None)
         -> FsdpConfig.coerce(...)         validated once, before any process group work
-        -> Sharder(config, state)         refuses a single process, checks the hybrid mesh
+        -> Sharder(config, state)         checks the hybrid mesh (a single process was refused
+                                          before: options/rules.py, sized)
     prepare(model)      -> Sharder.shard: rank 0's weights broadcast (as DDP does), then
                            fully_shard on the auto-wrap targets bottom-up, then on the root;
                            the old -> new Parameter map is kept (weakly) for the optimizers
@@ -62,7 +63,7 @@ class Sharder:
     """Shards models and re-points optimizers for one Accelerator.
 
     Raises:
-        ConfigError: a single process, or a hybrid mesh that the job's size does not allow.
+        ConfigError: a hybrid mesh that the job's size does not allow.
 
     Example:
         >>> sharder = Sharder(FsdpConfig(), accelerator.state)  # doctest: +SKIP
@@ -70,13 +71,6 @@ class Sharder:
     """
 
     def __init__(self, config: FsdpConfig, state: ProcessState) -> None:
-        if state.world_size < 2:
-            raise ConfigError(
-                "fsdp",
-                config.sharding_strategy,
-                "FSDP in a job of at least 2 processes (this one has 1)",
-                "Launch with notebook_launcher(..., num_processes=2) or more, or drop fsdp=.",
-            )
         self.config = config
         self.state = state
         self.mesh_shape = _mesh_shape(config, state)

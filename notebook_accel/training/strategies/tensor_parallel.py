@@ -78,13 +78,13 @@ class TensorParallelStrategy(Strategy):
     """Split each planned Linear layer across the ``tp_size`` ranks.
 
     Raises:
-        ConfigError: the mesh does not fit the job, or a plan entry matches no module.
+        ConfigError: a plan entry matches no module (the mesh's fit to the job was checked
+            before: options/rules.py, sized).
     """
 
     name = "tp"
 
     def __init__(self, state: ProcessState, config: ParallelismConfig) -> None:
-        config.check(state.world_size)
         super().__init__(state)
         self.config = config
         self._mesh: DeviceMesh | None = None

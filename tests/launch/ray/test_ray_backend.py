@@ -17,8 +17,8 @@ import pytest
 from notebook_accel import notebook_launcher
 from notebook_accel.errors import ConfigError, RemoteTraceback
 from notebook_accel.launch import launch
-from notebook_accel.launch.display import Display
-from notebook_accel.launch.ray.local import local_cluster
+from notebook_accel.launch.cluster.ray.local import local_cluster
+from notebook_accel.launch.show.display import Display
 from notebook_accel.reporting.channel import Health, Progress
 from tests.browser import free_port
 
@@ -173,7 +173,7 @@ def _idle_workers() -> int:
 
 def test_keep_warm_starts_idle_workers_on_a_node(cluster: Any) -> None:
     # What a stopped or dead rank's node gets for the next launch: booted workers of this job.
-    from notebook_accel.launch.ray.backend import keep_warm
+    from notebook_accel.launch.cluster.ray.driver import keep_warm
 
     node = ray.get_runtime_context().get_node_id()
     before = _idle_workers()

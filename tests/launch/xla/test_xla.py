@@ -1,4 +1,4 @@
-"""The TPU path (launch/xla/engine.py) on torch_xla's CPU runtime, in its own environment.
+"""The TPU path (launch/local/xla/engine.py) on torch_xla's CPU runtime, in its own environment.
 
 torch_xla pins its own torch version, so these tests run only where torch_xla is installed,
 e.g. a separate virtual environment:
@@ -199,7 +199,7 @@ def test_fp16_is_refused_on_xla() -> None:
     from notebook_accel.errors import ConfigError
 
     config = LaunchConfig(hardware="tpu", num_processes=1)
-    with pytest.raises(ConfigError, match="mixed_precision='fp16'.*'no' or 'bf16'"):
+    with pytest.raises(ConfigError, match="mixed_precision='fp16'.*'no', 'bf16' on TPU"):
         launch(train, (), None, config, machine=FAKE_TPU)
 
 

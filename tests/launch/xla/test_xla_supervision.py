@@ -1,4 +1,5 @@
-"""The TPU path's supervision (launch/xla/engine.py), with a stand-in for torch_xla's process pool.
+"""The TPU path's supervision (launch/local/xla/engine.py), with a stand-in for torch_xla's
+process pool.
 
 torch_xla cannot be installed next to CI's torch, so ``xla_standin/`` (next to this file)
 provides the few names notebook_accel calls: its ``run_multiprocess`` starts real processes

@@ -1,0 +1,125 @@
+"""What a launch is on this machine: its hardware plan, and where each rank sits.
+
+    LaunchConfig -> plan_for -> hardware.Plan (hardware, processes, backend), the options
+                                checked against the job's size
+    LaunchConfig, Plan, attempt, store -> layout_for -> Layout: node, ranks, every rank's
+                                variables (the launch's options, where they meet)
+    Layout.worker_env(local_rank, port) -> env.WorkerEnv of one rank
+
+The local engine, the TPU path and a session start their workers from a Layout; a cluster
+backend (cluster/) makes its own plan from what the cluster offers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .. import env, hardware
+from ..config import LaunchConfig
+from ..options import rules
+from .meet.network import network_env
+
+__all__ = ["Layout", "Watch", "banner", "checked_size", "layout_for", "plan_for", "watch_for_stop"]
+
+# Called every tick while the ranks run (an Engine, a cluster's Backend); raising from it
+# stops them (the stop button, another machine of the group restarting: meet/group.py).
+Watch = Callable[[], None] | None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where this machine's ranks sit in the job."""
+
+    num_processes: int
+    node_rank: int = 0
+    num_nodes: int = 1
+    device_type: str = "cpu"
+    backend: str = "gloo"
+    master_addr: str = "127.0.0.1"
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def world_size(self) -> int:
+        return self.num_processes * self.num_nodes
+
+    def worker_env(self, local_rank: int, port: int) -> env.WorkerEnv:
+        return env.WorkerEnv(
+            rank=self.node_rank * self.num_processes + local_rank,
+            local_rank=local_rank,
+            world_size=self.world_size,
+            local_world_size=self.num_processes,
+            node_rank=self.node_rank,
+            master_addr=self.master_addr,
+            master_port=port,
+            device_type=self.device_type,
+            backend=self.backend,
+            loopback=self.num_nodes == 1,
+            extra=self.extra_env,
+        )
+
+
+def plan_for(config: LaunchConfig, machine: hardware.Machine | None = None) -> hardware.Plan:
+    """The hardware plan, and the checks of the options against its number of processes."""
+    plan = hardware.resolve(config, machine)
+    checked_size(config, plan)
+    return plan
+
+
+def checked_size(config: LaunchConfig, plan: hardware.Plan) -> None:
+    """Refuse options the job's size does not allow (options/rules.py: FSDP in one process,
+    a mesh whose sizes do not multiply to the job's processes), on this machine's plan or a
+    cluster's."""
+    rules.sized(
+        plan.num_processes * config.num_nodes,
+        fsdp=None if config.fsdp is None else config.fsdp.sharding_strategy,
+        mesh=config.parallelism_config,
+    )
+
+
+def banner(config: LaunchConfig, plan: hardware.Plan, kept: str = "") -> str:
+    """The launch's first line (what runs where; ``kept``: a session's words), and which of
+    its values came from the config file."""
+    note = config.file_note()
+    return plan.describe(config.num_nodes) + kept + (f"\n{note}" if note else "")
+
+
+def layout_for(
+    config: LaunchConfig,
+    plan: hardware.Plan,
+    attempt: int,
+    store: Sequence[tuple[str, str]] = (),
+) -> Layout:
+    """Where this machine's ranks sit, and the variables every one of them gets (``store``:
+    where they meet, rendezvous.py)."""
+    extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt)), *store]
+    extra.extend(env.launch_variables(**config.worker_options()).items())
+    extra.extend(network_env(config))
+    if config.fsdp is not None:  # a value the user set wins
+        wanted = config.fsdp.worker_variables(plan.device_type).items()
+        extra.extend((name, value) for name, value in wanted if env.get(name) is None)
+    return Layout(
+        num_processes=plan.num_processes,
+        node_rank=config.node_rank,
+        num_nodes=config.num_nodes,
+        device_type=plan.device_type,
+        backend=plan.backend,
+        master_addr="127.0.0.1" if config.num_nodes == 1 else config.master_addr,
+        extra_env=tuple(extra),
+    )
+
+
+def watch_for_stop(stop: threading.Event | None, why: str, then: Watch = None) -> Watch:
+    """[panel hook, faces/panel.py; Job.stop] A set ``stop`` ends the wait as an interrupt does
+    (``KeyboardInterrupt(why)``); ``then``: the watch to call after the look."""
+    if stop is None:
+        return then
+
+    def check() -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt(why)
+        if then is not None:
+            then()
+
+    return check

@@ -1,0 +1,653 @@
+"""The machine-local transport: large buffers in memfd segments, mapped copy-on-write.
+
+    notebook (parent)                                  every worker
+    -----------------                                  ------------
+    SharedCache.ship(buffers)
+      same storage and version counter, or the
+      same bytes as a cached copy -> reuse it (no copy)
+      else -> one new segment for the launch's new
+              buffers, each written once
+    MemfdShipment: segment fds + places    ------->    mmap MAP_PRIVATE: reads share the
+      + one results segment for the launch             cached pages; writes are the worker's
+                                                       own (copy-on-write)
+    unpack: mmap MAP_SHARED of the rank's  <-------    results: lock the segment, grow it,
+      region; freed (hole punched) when                write the buffers into the new region,
+      the notebook drops the last view                 Result(data, (offset, length, places))
+    release: unpin; least recently used copies go until the cache fits its limit; the
+      results segment closes once nothing maps it
+
+A session (session.py) ships its results segment once, when its workers start, and each
+task's buffers without one (``results=False``); its workers may keep what they mapped in their
+namespace, so those segments are never punched (``kept=True``): their memory goes with the
+segment and the workers' last mapping.
+
+memfd segments live in no file system (a 64 MB /dev/shm does not limit them) and end with
+their last descriptor or mapping: a killed kernel takes its segments along, and its workers
+(which hold the only other mappings) die with it through the lifeline (worker.py). The fds
+reach the workers as multiprocessing passes fds: through the forkserver, spawn's inherited
+fds, or (torch_xla's process pool) the resource sharer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+import tempfile
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ConfigError, SharedMemoryError
+from ...hardware import usable_cores
+from ...private import cpython
+from .pickling import Outgoing, address
+from .transport import Shipment, Transport
+
+__all__ = [
+    "CacheInfo",
+    "SharedCache",
+    "MemfdShipment",
+    "clear_shared_cache",
+    "set_shared_cache_limit",
+    "shared_cache_info",
+    "transport",
+]
+
+DEFAULT_SHARE = 0.25  # of the machine's memory: the cache's default limit
+MAX_SEGMENTS = 64  # segments one launch may reference (fds passed to each worker)
+_PAGE = mmap.PAGESIZE
+_ALIGN = 64  # bytes: alignment of each buffer inside a rank's result region
+_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+_CHUNK = 16 << 20  # bytes: the share of one thread when copying or comparing
+_MAX_THREADS = 4
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_memcmp = _libc.memcmp
+_memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+_memcmp.restype = ctypes.c_int
+
+
+def _round(n: int, to: int = _PAGE) -> int:
+    return (n + to - 1) // to * to
+
+
+def _in_chunks(work: Callable[[int, int], int], nbytes: int) -> list[int]:
+    """``work(offset, length)`` over 16 MiB chunks, on a few threads.
+
+    Copying into fresh shared pages and comparing are memory-bound; a few cores do them
+    faster than one (ctypes and os.pwrite release the GIL).
+    """
+    chunks = [(start, min(_CHUNK, nbytes - start)) for start in range(0, nbytes, _CHUNK)]
+    threads = min(_MAX_THREADS, usable_cores(), len(chunks))
+    if threads <= 1:
+        return [work(start, length) for start, length in chunks]
+    with ThreadPoolExecutor(threads, thread_name_prefix="notebook-accel-copy") as pool:
+        return list(pool.map(lambda chunk: work(*chunk), chunks))
+
+
+def _new_fd(kind: str) -> int:
+    """An anonymous shared-memory file: memfd where the OS has it, else an unlinked file."""
+    name = f"notebook-accel-{os.getpid()}-{kind}"
+    if hasattr(os, "memfd_create"):
+        with contextlib.suppress(OSError):
+            return os.memfd_create(name, os.MFD_CLOEXEC)
+    fd, path = tempfile.mkstemp(prefix=name)
+    os.unlink(path)
+    return fd
+
+
+def _punch(fd: int, offset: int, length: int) -> None:
+    """Give a region's memory back now (the segment keeps its size)."""
+    fallocate = getattr(_libc, "fallocate", None)
+    if fallocate is None or length <= 0:
+        return  # the memory is freed when the whole segment ends
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate(fd, _PUNCH_HOLE, offset, length)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as file:
+            text = file.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def total_memory() -> int:
+    """This machine's memory, or the container's limit (cgroup v2) when lower."""
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit = _read_int("/sys/fs/cgroup/memory.max")
+    return min(total, limit) if limit else total
+
+
+def available_memory() -> int:
+    """Memory that can be taken without swapping or the OOM killer (meminfo, cgroup)."""
+    available = None
+    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    if available is None:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit = _read_int("/sys/fs/cgroup/memory.max")
+    used = _read_int("/sys/fs/cgroup/memory.current")
+    if limit and used is not None:
+        available = min(available, limit - used)
+    return max(available, 0)
+
+
+def _need(what: str, nbytes: int) -> None:
+    available = available_memory()
+    if nbytes > available:
+        raise SharedMemoryError(what, nbytes, available)
+
+
+def _write(fd: int, offset: int, out: Outgoing, what: str) -> None:
+    """Copy one buffer into a segment at ``offset``.
+
+    Host memory goes with pwrite: no page faults in a mapping, and running out of memory is
+    an error (ENOSPC, ENOMEM), not a SIGBUS. GPU memory is copied into a mapping of the
+    region, taken (fallocate) first for the same reason.
+    """
+    try:
+        if out.view is not None:
+            view = out.view
+
+            def part(start: int, length: int) -> int:
+                done = 0
+                while done < length:  # pwrite may write less than asked
+                    piece = view[start + done : start + length]
+                    done += os.pwrite(fd, piece, offset + start + done)
+                return done
+
+            _in_chunks(part, out.nbytes)
+            return
+        start = offset - offset % _PAGE
+        os.posix_fallocate(fd, offset, out.nbytes)
+    except OSError as exc:
+        raise SharedMemoryError(what, out.nbytes, available_memory()) from exc
+    with mmap.mmap(fd, offset + out.nbytes - start, offset=start) as region:
+        with memoryview(region) as view:
+            out.copy_into(view[offset - start :])
+
+
+# -- the notebook's side: cached copies ----------------------------------------------------
+
+
+class _Segment:
+    """One memfd in the notebook, mapped shared: copies are written and compared here."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.fd = _new_fd("data")
+        try:
+            os.ftruncate(self.fd, size)
+            self.map = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.entries = 0
+        # A session's workers may keep what they mapped for as long as they live (a pushed
+        # tensor): punching a hole would turn their unwritten pages into zeros. Such a
+        # segment's memory goes when the segment and the last mapping of it are gone.
+        self.punch = True
+
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.fd)
+
+
+@dataclass(eq=False)
+class _Entry:
+    """A cached copy: a region of a segment, and what it is a copy of."""
+
+    segment: _Segment
+    offset: int
+    nbytes: int
+    key: tuple[Any, ...]
+    version: int | None
+    owner: weakref.ref[Any] | None
+    pins: int = 0  # launches running with it
+    cached: bool = True  # False once replaced or evicted: it ends when unpinned
+
+    def address(self) -> int:
+        return address(self.segment.map) + self.offset
+
+    def matches(self, out: Outgoing) -> bool:
+        """Still a copy of ``out``? Torch: same storage, same version; else: same bytes."""
+        if out.version is not None:
+            return (
+                self.version == out.version
+                and self.owner is not None
+                and out.owner is not None
+                and self.owner() is out.owner()
+                and self.owner() is not None
+            )
+        if out.view is None or self.nbytes != out.nbytes:
+            return False
+        mine, theirs = self.address(), address(out.view)
+        differences = _in_chunks(lambda at, n: _memcmp(mine + at, theirs + at, n), out.nbytes)
+        return not any(differences)
+
+    def write(self, out: Outgoing, what: str) -> None:
+        _write(self.segment.fd, self.offset, out, what)
+
+    def dead(self) -> bool:
+        """The storage it copies is gone: no launch can ask for it again."""
+        return self.owner is not None and self.owner() is None
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """What the shared-memory cache holds, and what it has copied so far.
+
+    Attributes:
+        entries: cached copies.
+        bytes: their size.
+        segments: memfd segments holding them.
+        limit: the most it keeps between launches (bytes).
+        copied_bytes: bytes written into shared memory since the kernel started.
+        reused_bytes: bytes a launch found already copied (and did not copy again).
+    """
+
+    entries: int
+    bytes: int
+    segments: int
+    limit: int
+    copied_bytes: int
+    reused_bytes: int
+
+
+class SharedCache(Transport):
+    """Shared copies of captured buffers, kept for the kernel's life (LRU, bounded).
+
+    Example:
+        >>> cache = transport()
+        >>> cache.info().limit == int(total_memory() * DEFAULT_SHARE)
+        True
+    """
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
+        self._lock = threading.RLock()
+        self._limit: int | None = None
+        self._copied = 0
+        self._reused = 0
+
+    # -- settings and figures -------------------------------------------------------------
+    @property
+    def limit(self) -> int:
+        return self._limit if self._limit is not None else int(total_memory() * DEFAULT_SHARE)
+
+    def set_limit(self, limit: int | float | None) -> None:
+        accepted = "bytes (an int >= 0), a share of memory (a float in (0, 1]), or None"
+        if limit is None:
+            self._limit = None
+        elif isinstance(limit, bool) or not isinstance(limit, int | float):
+            raise ConfigError("limit", limit, accepted)
+        elif isinstance(limit, float):
+            if not 0.0 < limit <= 1.0:
+                raise ConfigError("limit", limit, accepted)
+            self._limit = int(total_memory() * limit)
+        elif limit < 0:
+            raise ConfigError("limit", limit, accepted)
+        else:
+            self._limit = limit
+        with self._lock:
+            self._trim(self.limit)
+
+    def info(self) -> CacheInfo:
+        with self._lock:
+            entries = list(self._entries.values())
+            return CacheInfo(
+                entries=len(entries),
+                bytes=sum(e.nbytes for e in entries),
+                segments=len({id(e.segment) for e in entries}),
+                limit=self.limit,
+                copied_bytes=self._copied,
+                reused_bytes=self._reused,
+            )
+
+    def clear(self) -> None:
+        with self._lock:
+            self._trim(0)
+
+    # -- a launch -------------------------------------------------------------------------
+    def ship(
+        self, buffers: list[Outgoing], results: bool = True, kept: bool = False
+    ) -> MemfdShipment:
+        """Find or copy each buffer; the launch's copies stay pinned until ``release``.
+
+        ``results=False``: no results segment (a session's workers put their results in the
+        one they got when they started). ``kept=True``: the workers may keep views of the
+        buffers after the launch, so their segments are never punched.
+        """
+        with self._lock:
+            self._trim(self.limit, dead_only=True)
+            found: dict[tuple[Any, ...], _Entry] = {}
+            missing: dict[tuple[Any, ...], Outgoing] = {}
+            for out in buffers:
+                if out.key in found or out.key in missing:
+                    continue  # views of one storage: one copy
+                entry = self._entries.get(out.key)
+                if entry is not None and entry.matches(out):
+                    found[out.key] = entry
+                else:
+                    missing[out.key] = out
+            self._few_segments(buffers, found, missing)
+            for entry in found.values():
+                entry.pins += 1
+                self._entries.move_to_end(entry.key)
+                self._reused += entry.nbytes
+            try:
+                found.update(self._copy(missing))
+                place = _Results() if results else None
+            except BaseException:
+                self._unpin(list(found.values()))
+                raise
+        segments: list[_Segment] = []
+        places = []
+        for out in buffers:
+            entry = found[out.key]
+            if entry.segment not in segments:
+                segments.append(entry.segment)
+            places.append((segments.index(entry.segment), entry.offset, entry.nbytes))
+            if kept:
+                entry.segment.punch = False
+        return MemfdShipment(
+            [s.fd for s in segments],
+            [s.size for s in segments],
+            places,
+            -1 if place is None else place.fd,
+            _Launch(self, list(found.values()), place),
+        )
+
+    def _few_segments(
+        self,
+        buffers: list[Outgoing],
+        found: dict[tuple[Any, ...], _Entry],
+        missing: dict[tuple[Any, ...], Outgoing],
+    ) -> None:
+        """Copy again what sits in too many old segments (each one is an fd per worker)."""
+        by_segment: dict[int, list[_Entry]] = {}
+        for entry in found.values():
+            by_segment.setdefault(id(entry.segment), []).append(entry)
+        if len(by_segment) < MAX_SEGMENTS:
+            return
+        outgoing = {out.key: out for out in buffers}
+        ranked = sorted(by_segment.values(), key=lambda es: sum(e.nbytes for e in es))
+        for entries in ranked[: len(by_segment) - MAX_SEGMENTS + 1]:
+            for entry in entries:
+                del found[entry.key]
+                missing[entry.key] = outgoing[entry.key]
+
+    def _copy(self, missing: dict[tuple[Any, ...], Outgoing]) -> dict[tuple[Any, ...], _Entry]:
+        if not missing:
+            return {}
+        for key in missing:  # stale copies of these buffers go first
+            old = self._entries.get(key)
+            if old is not None:
+                self._evict(old)
+        size = sum(_round(out.nbytes) for out in missing.values())
+        what = "the data captured by the launched function"
+        self._trim(max(self.limit - size, 0))
+        if size > available_memory():
+            self._trim(0)  # everything not in use, before giving up
+        _need(what, size)
+        segment = _Segment(size)
+        entries: dict[tuple[Any, ...], _Entry] = {}
+        offset = 0
+        try:
+            for key, out in missing.items():
+                entry = _Entry(segment, offset, out.nbytes, key, out.version, out.owner, pins=1)
+                entry.write(out, what)
+                entries[key] = entry
+                offset += _round(out.nbytes)
+        except BaseException:
+            segment.close()
+            raise
+        for key, entry in entries.items():
+            self._entries[key] = entry
+            segment.entries += 1
+            self._copied += entry.nbytes
+        return entries
+
+    def _evict(self, entry: _Entry) -> None:
+        if self._entries.get(entry.key) is entry:
+            del self._entries[entry.key]
+        entry.cached = False
+        if entry.pins == 0:
+            self._free(entry)
+
+    def _free(self, entry: _Entry) -> None:
+        segment = entry.segment
+        segment.entries -= 1
+        if segment.entries == 0:
+            segment.close()
+        elif segment.punch:
+            _punch(segment.fd, entry.offset, _round(entry.nbytes))
+
+    def _trim(self, limit: int, dead_only: bool = False) -> None:
+        """Evict unpinned copies, least recently used first, until ``limit`` bytes remain."""
+        held = sum(e.nbytes for e in self._entries.values())
+        for entry in list(self._entries.values()):
+            if entry.pins:
+                continue
+            if entry.dead() or (not dead_only and held > limit):
+                held -= entry.nbytes
+                self._evict(entry)
+
+    def _unpin(self, entries: list[_Entry]) -> None:
+        for entry in entries:
+            entry.pins -= 1
+            if entry.pins == 0 and not entry.cached:
+                self._free(entry)
+
+    def release(self, entries: list[_Entry]) -> None:
+        with self._lock:
+            self._unpin(entries)
+            self._trim(self.limit)
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+class _Results:
+    """The notebook's end of a launch's results segment; it ends when nothing maps it."""
+
+    def __init__(self) -> None:
+        self.fd = _new_fd("results")
+        self._live = 0
+        self._ended = False
+        self._lock = threading.Lock()
+
+    def map(self, start: int, length: int) -> mmap.mmap:
+        region = mmap.mmap(self.fd, length, offset=start)
+        with self._lock:
+            self._live += 1
+        weakref.finalize(region, self._unmapped, start, length)
+        return region
+
+    def _unmapped(self, start: int, length: int) -> None:
+        with self._lock:
+            if self.fd >= 0:
+                _punch(self.fd, start, length)
+            self._live -= 1
+            self._close_if_done()
+
+    def end(self) -> None:
+        with self._lock:
+            self._ended = True
+            self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        if self._ended and self._live == 0 and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+_put_lock = threading.Lock()  # TPU: several devices' threads share one process
+
+
+@dataclass
+class _Launch:
+    """What only the notebook holds of a shipment."""
+
+    cache: SharedCache
+    entries: list[_Entry]
+    results: _Results | None
+    released: bool = False
+
+
+class MemfdShipment(Shipment):
+    """Where one launch's buffers are: segment fds and (segment, offset, size) per buffer."""
+
+    def __init__(
+        self,
+        fds: list[int],
+        sizes: list[int],
+        places: list[tuple[int, int, int]],
+        results_fd: int,
+        launch: _Launch | None = None,
+    ) -> None:
+        self._fds = fds
+        self._sizes = sizes
+        self._places = places
+        self._results_fd = results_fd
+        self._launch = launch  # None in a worker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fds = tuple(cpython.dup_fd(fd) for fd in self._fds)
+        results = cpython.dup_fd(self._results_fd) if self._results_fd >= 0 else None
+        return (_arrive, (fds, self._sizes, self._places, results))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(n for _, _, n in self._places)
+
+    def views(self) -> list[memoryview]:
+        prot = mmap.PROT_READ | mmap.PROT_WRITE
+        maps = [
+            mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=prot)
+            for fd, size in zip(self._fds, self._sizes, strict=True)
+        ]
+        return [memoryview(maps[s])[o : o + n] for s, o, n in self._places]
+
+    def put(self, buffers: list[Outgoing]) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+        places = []
+        length = 0
+        for out in buffers:
+            places.append((length, out.nbytes))
+            length = _round(length + out.nbytes, _ALIGN)
+        length = _round(length)
+        what = "the value returned by this rank"
+        _need(what, length)
+        fd = self._results_fd
+        assert fd >= 0, "a shipment without a results segment carries no results"
+        with _put_lock:  # processes exclude each other with the file lock, threads here
+            os.lockf(fd, os.F_LOCK, 0)
+            try:
+                start = _round(os.fstat(fd).st_size)
+                os.ftruncate(fd, start + length)
+            finally:
+                os.lockf(fd, os.F_ULOCK, 0)
+        for (offset, _), out in zip(places, buffers, strict=True):
+            _write(fd, start + offset, out, what)
+        return start, length, tuple(places)
+
+    def get(self, handle: tuple[int, int, tuple[tuple[int, int], ...]]) -> list[memoryview]:
+        results = self._launch.results if self._launch is not None else None
+        assert results is not None, "results are read in the notebook, from their segment"
+        start, length, places = handle
+        view = memoryview(results.map(start, length))
+        return [view[o : o + n] for o, n in places]
+
+    def release(self) -> None:
+        launch = self._launch
+        if launch is None or launch.released:
+            return
+        launch.released = True
+        launch.cache.release(launch.entries)
+        if launch.results is not None:
+            launch.results.end()
+
+
+def _arrive(
+    fds: tuple[Any, ...],
+    sizes: list[int],
+    places: list[tuple[int, int, int]],
+    results: Any,
+) -> MemfdShipment:
+    """In a worker: the passed fds are this process's own now."""
+    results_fd = -1 if results is None else results.detach()
+    return MemfdShipment([fd.detach() for fd in fds], sizes, places, results_fd)
+
+
+# -- the public calls ------------------------------------------------------------------------
+
+_cache: SharedCache | None = None
+_cache_lock = threading.Lock()
+
+
+def transport() -> SharedCache:
+    """This kernel's shared-memory cache (created on first use)."""
+    global _cache
+    with _cache_lock:
+        if _cache is None:
+            _cache = SharedCache()
+        return _cache
+
+
+def clear_shared_cache() -> None:
+    """Free every cached shared copy of captured data (a running launch keeps its own).
+
+    The next launch copies what it captures again.
+
+    Example:
+        >>> from notebook_accel import clear_shared_cache
+        >>> clear_shared_cache()
+    """
+    transport().clear()
+
+
+def set_shared_cache_limit(limit: int | float | None) -> None:
+    """Bound what the cache keeps between launches: bytes, or a share of memory.
+
+    ``None`` restores the default, a quarter of the machine's memory (or of the container's
+    limit). Least recently used copies go first; ``0`` keeps nothing between launches. A
+    launch's own data is in shared memory while it runs, whatever the limit.
+
+    Example:
+        >>> from notebook_accel import set_shared_cache_limit
+        >>> set_shared_cache_limit(8 << 30)  # 8 GiB
+        >>> set_shared_cache_limit(0.5)  # half of the memory
+    """
+    transport().set_limit(limit)
+
+
+def shared_cache_info() -> CacheInfo:
+    """How much the cache holds, its limit, and the bytes copied and reused so far.
+
+    Example:
+        >>> from notebook_accel import shared_cache_info
+        >>> shared_cache_info().copied_bytes  # doctest: +SKIP
+        1073741824
+    """
+    return transport().info()
+
+
+@contextlib.contextmanager
+def shipped(buffers: list[Outgoing], via: Transport | None = None) -> Iterator[Shipment]:
+    """Ship ``buffers`` for the length of a block (a launch), then release them."""
+    shipment = (via or transport()).ship(buffers)
+    try:
+        yield shipment
+    finally:
+        shipment.release()

@@ -67,19 +67,24 @@ def _whole(module: Any, kwargs: dict[str, Any]) -> torch.nn.Module:
 
 
 def _regions(module: torch.nn.Module, kwargs: dict[str, Any]) -> torch.nn.Module:
+    inside = private_torch.children(module)
+    if inside is None:  # a torch that keeps children otherwise: one graph, the same result
+        return _whole(module, kwargs)
     if _repeated(module):
         # Each entry, repeats included (children() would skip a block listed twice).
-        blocks = private_torch.children(module).values()
-        return torch.nn.ModuleList([_whole(b, kwargs) for b in blocks])
+        return torch.nn.ModuleList([_whole(b, kwargs) for b in inside.values()])
     if not any(_repeated(m) for m in module.modules()):
         return _whole(module, kwargs)
     # A path down to repeated blocks: a shallow copy (same parameters, buffers, flags), so
     # that the user's own module object stays as it was.
     twin = type(module).__new__(type(module))
     twin.__dict__.update(module.__dict__)
-    inside = private_torch.children(module).items()
     private_torch.set_children(
-        twin, {name: None if child is None else _regions(child, kwargs) for name, child in inside}
+        twin,
+        {
+            name: None if child is None else _regions(child, kwargs)
+            for name, child in inside.items()
+        },
     )
     return twin
 

@@ -128,8 +128,12 @@ class IdlePool:
         return None
 
     def fill(self, ctx: multiprocessing.context.BaseContext, size: int) -> None:
-        """Fork idle workers up to ``size`` in the background (at most one filling at once)."""
+        """Fork idle workers up to ``size`` in the background (at most one filling at once).
+        None where this Python's pickler cannot hand fds over (private/cpython.py): each
+        launch's forkserver forks its workers then."""
         if ctx.get_start_method() != "forkserver" or main_has_file():
+            return
+        if not cpython.fd_hand_over_possible():
             return
         size = min(size, _MAX_IDLE)
         with self._lock:

@@ -17,13 +17,15 @@ private store, never in a TCPStore that anyone on the machine could reach.
       -> each of this process's env:// groups meets under its own prefix (init/<n>/): a group
          made again after destroy_process_group reads fresh keys, not the last group's gloo
          addresses (torch restarts its group names at 0 after a destroy)
+      (a torch whose handler table moved, private/torch.py: init_process_group itself is
+       wrapped, where torch's modules bound it, and gives an env:// group that store)
     dist.destroy_process_group()
       -> the group leaves torch's world as before; a gloo group that met in the launch's
          store is kept (the last _KEPT_GROUPS) and torn down by the worker's exit: gloo's own
          teardown waits for a tick of its event loop (up to 10 ms) per rank of the world,
          160 ms at 16 ranks, on every launch that ends with destroy_process_group
          (end_training does); the worker leaves with os._exit, which closes those sockets
-         without waiting
+         without waiting (a torch whose group table moved: torch's own destroy)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import collections
 import datetime
 import functools
+import inspect
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -175,9 +178,28 @@ def open_store(where: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT) -> An
     return keys
 
 
+def _meeting(
+    url: str, timeout: datetime.timedelta, rank: int = -1, world_size: int = -1
+) -> tuple[Any, int, int]:
+    """This process's next env:// group: a fresh prefix of NOTEBOOK_ACCEL_STORE's store."""
+    where = env.get(env.STORE_VARIABLE) or ""
+    query = dict(parse_qsl(urlparse(url).query))
+    if rank < 0:
+        rank = int(query.get("rank") or env.get("RANK") or 0)
+    if world_size < 0:
+        world_size = int(query.get("world_size") or env.get("WORLD_SIZE") or 1)
+    store = dist.PrefixStore(f"init/{next(_generation)}", open_store(where, timeout))
+    return store, rank, world_size
+
+
 def route() -> None:
     """Make env:// in this process meet in ``NOTEBOOK_ACCEL_STORE`` (idempotent)."""
     handlers = private_torch.rendezvous_handlers()  # no public way to replace a scheme
+    if handlers is None:  # a torch without the table: at init_process_group, public names
+        routed = getattr(dist.init_process_group, "notebook_accel", False)
+        if not routed and private_torch.replace_init_process_group(_meeting_at_init):
+            _keep_destroyed_groups()
+        return
     torch_env = handlers["env"]
     if getattr(torch_env, "notebook_accel", False):
         return
@@ -185,20 +207,46 @@ def route() -> None:
     def env_handler(
         url: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT, **kwargs: Any
     ) -> Iterator[tuple[Any, int, int]]:
-        where = env.get(env.STORE_VARIABLE)
-        if not where:
+        if not env.get(env.STORE_VARIABLE):
             yield from torch_env(url, timeout=timeout, **kwargs)
             return
-        query = dict(parse_qsl(urlparse(url).query))
-        rank = int(query.get("rank") or env.get("RANK") or 0)
-        world_size = int(query.get("world_size") or env.get("WORLD_SIZE") or 1)
-        store = dist.PrefixStore(f"init/{next(_generation)}", open_store(where, timeout))
-        yield store, rank, world_size
+        yield _meeting(url, timeout)
         raise RuntimeError("Unable to perform re-rendezvous using env:// method")  # as torch's
 
     env_handler.notebook_accel = True  # type: ignore[attr-defined]
     handlers["env"] = env_handler
     _keep_destroyed_groups()
+
+
+def _meeting_at_init(init: Callable[..., None]) -> Callable[..., None]:
+    """``init_process_group`` that gives an env:// group (no ``store``, no other
+    ``init_method``) the store ``_meeting`` opens, as the env:// handler would."""
+    if getattr(init, "notebook_accel", False):
+        return init
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return init(*args, **kwargs)  # torch's own message
+        given = bound.arguments
+        method = given.get("init_method")
+        if not env.get(env.STORE_VARIABLE) or given.get("store") is not None:
+            return init(*args, **kwargs)
+        if method is not None and not str(method).startswith("env://"):
+            return init(*args, **kwargs)
+        timeout = given.get("timeout") or _DEFAULT_TIMEOUT
+        store, rank, world_size = _meeting(
+            str(method or "env://"), timeout, given.get("rank", -1), given.get("world_size", -1)
+        )
+        given.pop("init_method", None)
+        given.update(store=store, rank=rank, world_size=world_size)
+        return init(*bound.args, **bound.kwargs)
+
+    init_process_group.notebook_accel = True  # type: ignore[attr-defined]
+    return init_process_group
 
 
 def _ours(store: Any) -> bool:
@@ -213,7 +261,7 @@ def _keep_destroyed_groups() -> None:
 
     def keeping(destroy: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(destroy)
-        def destroy_process_group(group: Any = None) -> None:
+        def destroy_process_group(group: Any = None, *args: Any, **kwargs: Any) -> None:
             members = private_torch.process_groups()
             if group is None or group is private_torch.world_group():
                 ending = list(members)
@@ -223,7 +271,7 @@ def _keep_destroyed_groups() -> None:
                 backend, store = members[pg]
                 if backend == "gloo" and _ours(store):
                     _kept.append(pg)
-            destroy(group)
+            destroy(group, *args, **kwargs)
 
         return destroy_process_group
 

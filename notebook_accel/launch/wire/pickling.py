@@ -132,7 +132,7 @@ class _Pickler(cloudpickle.CloudPickler):
         self.discard = discard  # the culprit search: buffers are dropped, never copied
         self.buffers: list[Outgoing] = []
         self._pending: dict[int, Outgoing] = {}  # id(PickleBuffer) -> what we know of it
-        self._versions: dict[tuple[Any, ...], int] = {}
+        self._versions: dict[tuple[Any, ...], int | None] = {}  # None: torch has none
         self._keep: list[Any] = []
         self._torch: Any = sys.modules.get("torch")  # never imported here: only if the user did
 

@@ -121,8 +121,17 @@ def _paths(directory: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
 
 
 def _store(state: ProcessState) -> Any:
-    """The job's key-value store (the one the process group rendezvoused through)."""
+    """The job's key-value store (the one the process group rendezvoused through); None
+    where torch cannot say which (the ranks then pair their outcomes by a collective)."""
     return private_torch.default_store()
+
+
+def _outcomes(outcome: str) -> list[str]:
+    """Every rank's outcome of this save, by a collective: where there is no store to pair
+    the ranks' calls by name, they pair in the order they call (no waiting notice)."""
+    everyone: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(everyone, outcome)
+    return [str(o) for o in everyone]
 
 
 def _writer_rank(state: ProcessState, on_each_node: bool) -> int:
@@ -223,13 +232,21 @@ def save_state(
         outcome = "done"
     finally:
         if state.world_size > 1:
-            _store(state).set(f"notebook_accel/save_state/{number}/{state.rank}", outcome)
+            store = _store(state)
+            if store is None:
+                _outcomes(outcome)
+            else:
+                store.set(f"notebook_accel/save_state/{number}/{state.rank}", outcome)
     return target
 
 
 def _wait_for_writer(state: ProcessState, number: str, writer: int) -> None:
     key = f"notebook_accel/save_state/{number}/{writer}"
     store = _store(state)
+    if store is None:
+        if _outcomes("waiting")[writer] != "done":
+            raise CheckpointError(f"rank {writer}", "failed to write its part of the checkpoint")
+        return
     patience = float(env.get("NOTEBOOK_ACCEL_SAVE_WAIT_WARNING", "60") or 60)
     try:
         store.wait([key], timedelta(seconds=patience))

@@ -436,6 +436,36 @@ def test_panel_offers_the_joined_cluster_and_launches_there(cluster: Any) -> Non
     assert _all_free()
 
 
+def test_without_internal_kv_s_namespace_keys_live_on_a_board_that_ends_with_them(
+    cluster: Any,
+) -> None:
+    # Another Ray's shape: internal_kv's calls without ``namespace``. The keys a launch's
+    # ranks exchange go to a named actor of the namespace, which ends with its last key.
+    from ray.experimental import internal_kv
+
+    from notebook_accel.private import ray as private_ray
+
+    def older(key: str, value: Any = None) -> Any:
+        raise AssertionError("the namespaced call is not there")
+
+    namespace = "notebook_accel_test_board"
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("_internal_kv_get", "_internal_kv_put", "_internal_kv_del"):
+            patch.setattr(internal_kv, name, older)
+        assert private_ray.kv_get("rank0", namespace) is None
+        private_ray.kv_put("rank0", "127.0.0.1:1234", namespace)
+        private_ray.kv_put("rank1", "127.0.0.1:1235", namespace)
+        board = ray.get_actor("notebook_accel_keys", namespace=namespace)
+        assert private_ray.kv_get("rank0", namespace) == b"127.0.0.1:1234"
+        private_ray.kv_del("rank0", namespace)
+        assert private_ray.kv_get("rank1", namespace) == b"127.0.0.1:1235"
+        private_ray.kv_del("rank1", namespace)
+        # the last key gone: the actor has exited, nothing stays on the cluster
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(board.get.remote("rank1"), timeout=60)
+        assert private_ray.kv_get("rank1", namespace) is None
+
+
 def _until_node_dies(marker: str) -> str:
     import os
     import time

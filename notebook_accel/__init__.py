@@ -104,6 +104,7 @@ def __getattr__(name: str) -> Any:
     value = _lazy_attribute(globals(), _EXPORTS, name)
     if name in _WARMS_UP:
         importlib.import_module("notebook_accel.launch").warm_up_early()
+        importlib.import_module("notebook_accel.errors").show_notes_in_ipython()
     return value
 
 

@@ -12,7 +12,9 @@ re-rendezvous refusal), NameError (a name a session's workers lack), NotImplemen
 (LocalSGD under a sharding strategy), TimeoutError (Job.result, a key that never came).
 
 ``UserFrames`` is how an entry point (notebook_launcher, a session's run, ...) raises what it
-means with the user's frames only.
+means with the user's frames only; ``show_notes_in_ipython`` has an IPython that prints no
+exception notes (7.34, Colab's) show them, so the launcher's notes ("raised on rank 1 of 2")
+reach the cell there too.
 """
 
 from __future__ import annotations
@@ -290,3 +292,44 @@ def user_text(exc: BaseException) -> str:
     if meant(exc):
         return "".join(traceback.format_exception_only(exc))
     return "".join(traceback.format_exception(exc))
+
+
+_PROBE = "notebook_accel: does this traceback show notes?"
+
+
+def show_notes_in_ipython() -> None:
+    """Have the running IPython show an exception's notes (PEP 678), where it does not.
+
+    What an error means for the launch or the session is a note ("raised on rank 1 of 2",
+    "the session is still usable"). IPython 8 and later print the notes under the exception;
+    IPython 7.34 (Colab's) drops them. There, the shell's traceback formatter gets them
+    appended, as later versions place them. Once per shell; nothing outside IPython.
+    """
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    formatter = getattr(shell, "InteractiveTB", None)
+    if formatter is None or getattr(formatter, "_notebook_accel_notes", False):
+        return
+    formatter._notebook_accel_notes = True
+    probe = ValueError("probe")
+    probe.add_note(_PROBE)
+    try:
+        shown = formatter.structured_traceback(ValueError, probe, None)
+    except Exception:
+        return
+    if any(_PROBE in line for line in shown):
+        return
+    formatter.structured_traceback = _with_notes(formatter.structured_traceback)
+
+
+def _with_notes(structured_traceback: Any) -> Any:
+    def with_notes(etype: Any, evalue: Any, *args: Any, **kwargs: Any) -> list[str]:
+        lines = list(structured_traceback(etype, evalue, *args, **kwargs))
+        notes = getattr(evalue, "__notes__", None)
+        if isinstance(notes, list):
+            lines.extend(str(note) for note in notes)
+        return lines
+
+    return with_notes

@@ -116,7 +116,8 @@ CELLS = {
     "        pass  # the listing's own fd, closed meanwhile\n"
     "json.dumps({'workers': len(worker_processes()),\n"
     "            'ports': sorted(listening_ports() - ports_before),\n"
-    "            'segments': [f for f in fds if 'notebook-accel' in f]})",
+    "            'segments': [f for f in fds if os.path.basename(f).removeprefix('memfd:')"
+    ".startswith('notebook-accel-')]})",
 }
 NAMES = list(CELLS)
 

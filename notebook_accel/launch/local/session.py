@@ -549,8 +549,10 @@ class Workers:
             job._error = exc
         finally:
             self._job = None
-            job._ended()
-            self._lock.release()
+            try:
+                job._ended()
+            finally:  # a display that failed never keeps the session's turn
+                self._lock.release()
 
     def push(self, **values: Any) -> None:
         """Put each value in every worker's namespace under its name (large buffers through
@@ -647,9 +649,11 @@ class Job:
                 f"failed after {seconds:.1f} s: {type(error).__name__}: {text[0] if text else ''}"
                 " (job.result() raises it)"
             )
-        if isinstance(self._display, CellDisplay):
-            self._display.finish(f"[notebook_accel] {line}")
-        self._done.set()
+        try:
+            if isinstance(self._display, CellDisplay):
+                self._display.finish(f"[notebook_accel] {line}")
+        finally:
+            self._done.set()
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "running"

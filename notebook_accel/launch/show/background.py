@@ -31,10 +31,70 @@ _EVERY = 0.2  # seconds between two updates of the lines or the bars
 _SHOWN_LINES = 500  # the cell shows the latest lines; Job.output has them all
 
 
-def _handle(data: dict[str, Any]) -> Any:
-    from IPython.display import display
+def _handle(data: dict[str, Any]) -> _Handle:
+    return _Handle(data)
 
-    return display(data, raw=True, display_id=True)
+
+class _Handle:
+    """A display made in the submitting cell, updated from the job's thread.
+
+    The kernel stamps an update with its display publisher's parent (the request it answers).
+    ipykernel 6 and 7.1+ give a thread of ours the latest cell's: the update still replaces
+    the output by its display id, in the submitting cell (JupyterLab, the classic page, and
+    nbclient, which reads only the running cell's messages). ipykernel 7.0 keeps the parent
+    per thread and gives ours none (the update raised LookupError): there the thread takes
+    the latest cell's too, as recorded when each cell starts (IPython's pre_execute event).
+    """
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        from IPython.display import display
+
+        _record_cells()
+        self._handle = display(data, raw=True, display_id=True)
+        self._parent = _parent(_publisher())
+
+    def update(self, data: dict[str, Any], raw: bool = True) -> None:
+        publisher = _publisher()
+        if publisher is not None:
+            if getattr(_bare, "value", None) is None:  # before this thread set one of its own
+                _bare.value = not _parent(publisher)
+            if _bare.value:
+                publisher.set_parent(_latest.get("parent") or self._parent)  # this thread's
+        self._handle.update(data, raw=raw)
+
+
+_bare = threading.local()  # .value: the kernel gave this thread no parent (ipykernel 7.0)
+_latest: dict[str, Any] = {}  # "parent": the request of the cell that started last
+
+
+def _record_cells() -> None:
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None or _latest.get("shell") is shell:
+        return
+    _latest["shell"] = shell
+
+    def started() -> None:
+        parent = _parent(getattr(shell, "display_pub", None))
+        if parent:
+            _latest["parent"] = parent
+
+    shell.events.register("pre_execute", started)
+    started()
+
+
+def _publisher() -> Any:
+    from IPython import get_ipython
+
+    return getattr(get_ipython(), "display_pub", None)
+
+
+def _parent(publisher: Any) -> dict[str, Any] | None:
+    try:
+        return dict(publisher.parent_header)
+    except (AttributeError, LookupError, TypeError):
+        return None
 
 
 class CellDisplay(Display):

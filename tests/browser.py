@@ -95,3 +95,37 @@ def chromium_page(profile: Path, height: int = 900) -> Iterator[Any]:
             yield context.new_page()
         finally:
             context.close()
+
+
+# A background job's cells, as the browser checks of each page run them: a session, a job
+# whose second half waits for a gate file (GATE: its path), and a cell that opens the gate
+# while the job's output keeps landing in the cell that submitted it.
+BACKGROUND_SESSION = """\
+import time
+from pathlib import Path
+from notebook_accel import Accelerator, Workers
+w = Workers(num_processes=2, hardware="cpu")
+"""
+BACKGROUND_SUBMIT = """\
+def train(steps, gate):
+    accelerator = Accelerator()
+    for step in range(steps):
+        if step == steps // 2:
+            while not Path(gate).exists():  # the next cell opens it
+                time.sleep(0.01)
+        print(f"job line {step}")
+        accelerator.log({"loss": 1 / (step + 1)}, step=step)
+        time.sleep(0.05)
+    return step
+job = w.submit(train, 20, GATE)
+"""
+
+
+def check_panel_results(page: Any) -> None:
+    """The panel's launch of the notebooks' example function finished on both ranks."""
+    results = page.locator(".notebook-accel-results")
+    results.wait_for(timeout=120_000)
+    assert "[3.0, 3.0]" in results.inner_text()
+    ranks = page.locator(".notebook-accel-rank")
+    assert ranks.count() == 2 and "finished" in ranks.nth(1).inner_text()
+    assert "sum over ranks: 3.0" in page.locator(".notebook-accel-log").inner_text()

@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from tests import kernelspec
-from tests.browser import ARTIFACTS, CHROMIUM, chromium_page, free_port, serving
+from tests.browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    check_panel_results,
+    chromium_page,
+    free_port,
+    serving,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -62,12 +69,7 @@ def test_panel_in_a_real_browser(voila: str, tmp_path: Path) -> None:
             assert "CPU" in hardware.inner_text()
             assert page.locator("button", has_text="Stop").is_disabled()
             launch.click()
-            results = page.locator(".notebook-accel-results")
-            results.wait_for(timeout=60_000)
-            assert "[3.0, 3.0]" in results.inner_text()
-            ranks = page.locator(".notebook-accel-rank")
-            assert ranks.count() == 2 and "finished" in ranks.nth(1).inner_text()
-            assert "sum over ranks: 3.0" in page.locator(".notebook-accel-log").inner_text()
+            check_panel_results(page)
         finally:
             with contextlib.suppress(Exception):
                 page.screenshot(path=str(ARTIFACTS / "panel.png"), full_page=True)

@@ -27,7 +27,15 @@ import nbformat
 import pytest
 
 from tests import kernelspec
-from tests.browser import ARTIFACTS, CHROMIUM, chromium_page, free_port, serving
+from tests.browser import (
+    ARTIFACTS,
+    BACKGROUND_SESSION,
+    BACKGROUND_SUBMIT,
+    CHROMIUM,
+    chromium_page,
+    free_port,
+    serving,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -236,24 +244,6 @@ def test_quickstart_lines_sit_under_their_bars(jupyter: str, tmp_path: Path) -> 
     assert order == expected, text
 
 
-SESSION = """\
-from pathlib import Path
-from notebook_accel import Accelerator, Workers
-w = Workers(num_processes=2, hardware="cpu")
-"""
-SUBMIT = """\
-def train(steps, gate):
-    accelerator = Accelerator()
-    for step in range(steps):
-        if step == steps // 2:
-            while not Path(gate).exists():  # the next cell opens it
-                time.sleep(0.01)
-        print(f"job line {step}")
-        accelerator.log({"loss": 1 / (step + 1)}, step=step)
-        time.sleep(0.05)
-    return step
-job = w.submit(train, 20, GATE)
-"""
 MEANWHILE = 'print("meanwhile, another cell")\nPath(GATE).touch()'
 
 
@@ -263,8 +253,8 @@ def test_a_background_job_draws_in_its_own_cell_in_jupyterlab(jupyter: str, tmp_
     gate = repr(str(tmp_path / "gate"))
     notebook = nbformat.v4.new_notebook(
         cells=[
-            nbformat.v4.new_code_cell("import time\n" + SESSION),
-            nbformat.v4.new_code_cell(SUBMIT.replace("GATE", gate)),
+            nbformat.v4.new_code_cell(BACKGROUND_SESSION),
+            nbformat.v4.new_code_cell(BACKGROUND_SUBMIT.replace("GATE", gate)),
             nbformat.v4.new_code_cell(MEANWHILE.replace("GATE", gate)),
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},

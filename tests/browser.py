@@ -7,6 +7,7 @@ package; nothing is downloaded. Servers bind 127.0.0.1 only.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests import kernelspec
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Each run writes its screenshots here (ignored by git); tests/artifacts/*.png are copies.
@@ -30,6 +33,17 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def jupyter_environ(tmp_path: Path, *extra: tuple[str, str]) -> dict[str, str]:
+    """This process's environment for a Jupyter server: the tests' kernelspec, and Jupyter's
+    config, runtime and data folders (and ``extra``'s, as (variable, folder) pairs) under
+    ``tmp_path``, so that nothing of the machine's own Jupyter is read or written."""
+    environ = dict(os.environ, **kernelspec.install(tmp_path / "jupyter"))
+    folders = (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_RUNTIME_DIR", "runtime"))
+    for name, folder in (*folders, ("JUPYTER_DATA_DIR", "data"), *extra):
+        environ[name] = str(tmp_path / folder)
+    return environ
 
 
 def free_port() -> int:

@@ -13,7 +13,6 @@ tests/artifacts/tmp/classic_*.png (copies from a run: tests/artifacts/classic_*.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
 import time
@@ -25,7 +24,6 @@ from typing import Any
 import nbformat
 import pytest
 
-from tests import kernelspec
 from tests.browser import (
     ARTIFACTS,
     BACKGROUND_SESSION,
@@ -34,6 +32,7 @@ from tests.browser import (
     check_panel_results,
     chromium_page,
     free_port,
+    jupyter_environ,
     serving,
 )
 
@@ -64,14 +63,8 @@ def classic(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     root = tmp_path / "root"
     (root / "gate").mkdir(parents=True)
     port = free_port()
-    environ = dict(os.environ, **kernelspec.install(tmp_path / "jupyter"))
+    environ = jupyter_environ(tmp_path)
     environ["NOTEBOOK_ACCEL_PANEL_AUTORUN"] = "0"  # the page clicks Launch
-    for name, folder in (
-        ("JUPYTER_CONFIG_DIR", "config"),
-        ("JUPYTER_RUNTIME_DIR", "runtime"),
-        ("JUPYTER_DATA_DIR", "data"),
-    ):
-        environ[name] = str(tmp_path / folder)
     command = [
         sys.executable,
         "-m",

@@ -15,7 +15,6 @@ import base64
 import contextlib
 import io
 import json
-import os
 import re
 import sys
 import time
@@ -34,6 +33,7 @@ from tests.browser import (
     CHROMIUM,
     chromium_page,
     free_port,
+    jupyter_environ,
     serving,
 )
 
@@ -92,15 +92,11 @@ def jupyter(tmp_path: Path) -> Iterator[str]:
     )
     nbformat.write(notebook, root / "live.ipynb")
     port = free_port()
-    environ = dict(os.environ, **kernelspec.install(tmp_path / "jupyter"))
-    for name, folder in (
-        ("JUPYTER_CONFIG_DIR", "config"),
-        ("JUPYTER_RUNTIME_DIR", "runtime"),
-        ("JUPYTER_DATA_DIR", "data"),
+    environ = jupyter_environ(
+        tmp_path,
         ("JUPYTERLAB_SETTINGS_DIR", "settings"),
         ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
-    ):
-        environ[name] = str(tmp_path / folder)
+    )
     command = [
         sys.executable,
         "-m",
@@ -171,17 +167,31 @@ def _release(gate: Path, step: int) -> None:
     (gate / f"seen_{step}").write_text("")
 
 
+_RUN_ALL_TRIES = 4
+
+
 def _run_all(page: Any, url: str) -> None:
     """Open the notebook at ``url`` and run all its cells once its kernel is idle."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.goto(url, timeout=90_000)
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
     # The kernel is ready when the toolbar's execution indicator says idle.
     page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
         timeout=90_000
     )
-    time.sleep(1.0)
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    # A click that lands while the page is still settling (the notebook not yet the current
+    # widget) runs nothing: Run All again until a cell has started, none having started yet.
+    started = page.locator(".jp-Notebook .jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
+    for _ in range(_RUN_ALL_TRIES):
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            started.first.wait_for(timeout=15_000)
+            return
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")  # a menu left open
+    raise AssertionError(f"Run All Cells started no cell in {_RUN_ALL_TRIES} tries")
 
 
 @pytest.mark.parametrize("ui", ["lab", "notebooks"], ids=["jupyterlab", "notebook7"])

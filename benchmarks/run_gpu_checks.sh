@@ -15,8 +15,10 @@
 # Variables: PYTHON, SITE (default /tmp/notebook-accel-gpu-site), WHEELS, BUDGET (seconds for
 # the whole run, default 540: the suite gets up to 330 of them, the benchmark what is left),
 # TORCHAO (the torchao requirement, default "torchao"; pin the release that matches the
-# machine's torch, or set it empty to skip fp8 on the GPU). With OUT set, the log goes to
-# $OUT/gpu_checks.log too. Exit status: the suite's (the benchmark only reports).
+# machine's torch, or set it empty to skip fp8 on the GPU), DEEPSPEED (likewise, default
+# "deepspeed": a source package, so --download builds its wheel here against this machine's
+# torch, without its ops, which DeepSpeed compiles when first used). With OUT set, the log
+# goes to $OUT/gpu_checks.log too. Exit status: the suite's (the benchmark only reports).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -24,6 +26,7 @@ SITE=${SITE:-/tmp/notebook-accel-gpu-site}
 WHEELS=${WHEELS:-.whl}
 BUDGET=${BUDGET:-540}
 TORCHAO=${TORCHAO-torchao}
+DEEPSPEED=${DEEPSPEED-deepspeed}
 NEEDS=(ipykernel ipywidgets nbclient nbformat cloudpickle tqdm psutil numpy pytest
   pytest-timeout nvidia-ml-py)
 
@@ -34,8 +37,12 @@ if [ "${1:-}" = "--download" ]; then
   for platform in manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64; do
     args+=(--platform "$platform")
   done
-  exec "$PYTHON" -m pip download -q --only-binary=:all: --python-version 3.12 \
-    --implementation cp "${args[@]}" -d "$dest" "${NEEDS[@]}" ${TORCHAO:+"$TORCHAO"}
+  "$PYTHON" -m pip download -q --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${args[@]}" -d "$dest" "${NEEDS[@]}" ${TORCHAO:+"$TORCHAO"} || exit 1
+  [ -n "$DEEPSPEED" ] || exit 0
+  "$PYTHON" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${args[@]}" -d "$dest" hjson pydantic || exit 1  # what the GPU image lacks of its needs
+  exec "$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$dest" "$DEEPSPEED"
 fi
 
 log() { echo "run_gpu_checks: $*"; }
@@ -66,6 +73,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ -n "$TORCHAO" ] && ! "$py" -c 'import torchao' 2>/dev/null; then
   "${pip[@]}" "$TORCHAO" || log "torchao not installed: the fp8 GPU tests will skip"
+fi
+if [ -n "$DEEPSPEED" ] && ! "$py" -c 'import deepspeed' 2>/dev/null; then
+  # --target installs every dependency anew (torch too): DeepSpeed alone, then what GPU
+  # images lack of its needs
+  { "${pip[@]}" --no-deps "$DEEPSPEED" && "${pip[@]}" hjson pydantic; } ||
+    log "deepspeed not installed: its GPU tests will skip"
 fi
 torch_after=$("$py" -c 'import torch; print(torch.__version__, torch.__file__)')
 if [ "$torch_before" != "$torch_after" ]; then

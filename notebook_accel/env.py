@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "WorkerEnv",
@@ -36,6 +37,7 @@ __all__ = [
     "get",
     "set_var",
     "overridden",
+    "patch_environment",
     "config_file",
     "secret_file",
     "SECRET_VARIABLE",
@@ -249,6 +251,22 @@ def overridden(values: Mapping[str, str | None]) -> Iterator[None]:
     finally:
         for key, value in old.items():
             set_var(key, value)
+
+
+@contextmanager
+def patch_environment(**kwargs: Any) -> Iterator[None]:
+    """accelerate's ``patch_environment``: each keyword, upper-cased, set to ``str(value)``
+    for the block, then the old value back (or the variable removed).
+
+    Example:
+        >>> with patch_environment(my_flag=1):
+        ...     get("MY_FLAG")
+        '1'
+        >>> get("MY_FLAG") is None
+        True
+    """
+    with overridden({key.upper(): str(value) for key, value in kwargs.items()}):
+        yield
 
 
 def config_file() -> Path:

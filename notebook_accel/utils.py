@@ -17,23 +17,66 @@ from notebook_accel import _lazy_attribute
 
 _PROBES = "notebook_accel.hardware.available"
 _DUMMIES = "notebook_accel.training.strategies.dummies"
+_OPERATIONS = "notebook_accel.training.operations"
+_MEMORY = "notebook_accel.training.memory"
+_HANDLERS = "notebook_accel.training.handlers"
 
 # Names accelerate keeps in accelerate.utils only (not at its top level) -> defining module.
 _UTILS_ONLY = {
     "DummyOptim": _DUMMIES,
     "DummyScheduler": _DUMMIES,
-    "is_cuda_available": _PROBES,
-    "is_datasets_available": _PROBES,
-    "is_deepspeed_available": _PROBES,
-    "is_mlflow_available": _PROBES,
-    "is_mps_available": _PROBES,
-    "is_npu_available": _PROBES,
-    "is_schedulefree_available": _PROBES,
-    "is_tensorboard_available": _PROBES,
-    "is_torchao_available": _PROBES,
-    "is_transformers_available": _PROBES,
-    "is_wandb_available": _PROBES,
-    "is_xpu_available": _PROBES,
+    "broadcast": _OPERATIONS,
+    "broadcast_object_list": _OPERATIONS,
+    "extract_model_from_parallel": _OPERATIONS,
+    "gather": _OPERATIONS,
+    "pad_across_processes": _OPERATIONS,
+    "reduce": _OPERATIONS,
+    "send_to_device": _OPERATIONS,
+    "wait_for_everyone": _OPERATIONS,
+    "clear_device_cache": _MEMORY,
+    "should_reduce_batch_size": _MEMORY,
+    "GradientAccumulationPlugin": _HANDLERS,
+    "RNGType": "notebook_accel.training.data.rng",
+    "LoggerType": "notebook_accel.training.tracking",
+    "PrecisionType": "notebook_accel.config",
+    "write_basic_config": "notebook_accel.config",
+    "patch_environment": "notebook_accel.env",
+    **dict.fromkeys(
+        [
+            "is_aim_available",
+            "is_bf16_available",
+            "is_boto3_available",
+            "is_clearml_available",
+            "is_comet_ml_available",
+            "is_cuda_available",
+            "is_datasets_available",
+            "is_deepspeed_available",
+            "is_dvclive_available",
+            "is_lomo_available",
+            "is_matplotlib_available",
+            "is_mlflow_available",
+            "is_mps_available",
+            "is_npu_available",
+            "is_pandas_available",
+            "is_peft_available",
+            "is_pynvml_available",
+            "is_pytest_available",
+            "is_schedulefree_available",
+            "is_swanlab_available",
+            "is_tensorboard_available",
+            "is_timm_available",
+            "is_torch_xla_available",
+            "is_torchao_available",
+            "is_torchdata_available",
+            "is_torchvision_available",
+            "is_trackio_available",
+            "is_transformers_available",
+            "is_triton_available",
+            "is_wandb_available",
+            "is_xpu_available",
+        ],
+        _PROBES,
+    ),
 }
 
 

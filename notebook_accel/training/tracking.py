@@ -15,6 +15,7 @@ accelerate.
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import json
 import os
@@ -25,6 +26,7 @@ from ..errors import ConfigError
 from ..reporting.scalars import scalar
 
 __all__ = [
+    "LoggerType",
     "GeneralTracker",
     "TensorBoardTracker",
     "MLflowTracker",
@@ -33,6 +35,24 @@ __all__ = [
     "resolve",
     "make",
 ]
+
+
+class LoggerType(enum.StrEnum):
+    """accelerate's tracker names (members compare equal to the strings, so
+    ``log_with=LoggerType.TENSORBOARD`` works). The built-in trackers are ALL, TENSORBOARD,
+    WANDB, TRACKIO and MLFLOW; the others name accelerate's trackers this package does not
+    have (``log_with`` refuses them with a ConfigError)."""
+
+    ALL = "all"
+    AIM = "aim"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    TRACKIO = "trackio"
+    COMETML = "comet_ml"
+    MLFLOW = "mlflow"
+    CLEARML = "clearml"
+    DVCLIVE = "dvclive"
+    SWANLAB = "swanlab"
 
 
 class GeneralTracker:

@@ -48,12 +48,13 @@ class Precision:
         self.scaler: torch.amp.GradScaler | None = None
 
     @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
-        """The context a forward pass runs in."""
+    def autocast(self, **options: Any) -> Iterator[None]:
+        """The context a forward pass runs in; ``options`` go to ``torch.autocast``
+        (``AutocastKwargs``: ``enabled``, ``cache_enabled``)."""
         if self.dtype is None:
             yield
             return
-        with torch.autocast(device_type=self.device_type, dtype=self.dtype):
+        with torch.autocast(device_type=self.device_type, dtype=self.dtype, **options):
             yield
 
     def wrap_forward(self, module: torch.nn.Module) -> None:

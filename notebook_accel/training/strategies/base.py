@@ -200,6 +200,11 @@ class Strategy:
             return self.state
         return dataclasses.replace(self.state, rank=rank, world_size=size)
 
+    @property
+    def device_mesh(self) -> Any:
+        """The ``DeviceMesh`` a ``parallelism_config`` made (``torch_device_mesh``), else None."""
+        return None
+
     # ---- end ------------------------------------------------------------------------------
     def end(self) -> None:
         """Release what the strategy set up for itself (``end_training``); nothing here."""

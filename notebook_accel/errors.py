@@ -242,6 +242,23 @@ class CheckpointError(NotebookAccelError, RuntimeError):
         super().__init__(f"checkpoint {self.path}: {detail}")
 
 
+class NotProvidedError(NotebookAccelError, NotImplementedError):
+    """An accelerate name that notebook_accel keeps importable but does not provide was used
+    (refusals.py lists each with its reason).
+
+    Attributes:
+        name: where the user reached it, e.g. ``"notebook_accel.utils.MegatronLMPlugin"``.
+        reason: why it is not provided.
+        instead: what to use instead.
+    """
+
+    def __init__(self, name: str, reason: str, instead: str) -> None:
+        self.name = name
+        self.reason = reason
+        self.instead = instead
+        super().__init__(f"{name} is not provided by notebook_accel: {reason}. Use {instead}.")
+
+
 def meant(exc: BaseException, kinds: tuple[type[BaseException], ...] = ()) -> bool:
     """Whether the launcher raises ``exc`` on purpose: a rank's own exception (its traceback
     the cause), one of the package's errors, the stop button's KeyboardInterrupt, ``kinds``."""

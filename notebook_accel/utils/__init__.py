@@ -2,7 +2,11 @@
 
 ``from accelerate.utils import set_seed, InitProcessGroupKwargs`` becomes
 ``from notebook_accel.utils import set_seed, InitProcessGroupKwargs``: every public name of
-:mod:`notebook_accel` is also reachable here (loaded on first use, like the package's own).
+:mod:`notebook_accel` is also reachable here, with the names accelerate keeps in
+``accelerate.utils`` only (loaded on first use, like the package's own). The names accelerate
+has here that notebook_accel does not provide import as placeholders that say why and what to
+use instead (``refusals.py``). ``notebook_accel.utils.memory`` and
+``notebook_accel.utils.dataclasses`` are accelerate's submodules of the same names.
 
 Example:
     >>> from notebook_accel.utils import find_executable_batch_size  # doctest: +SKIP
@@ -10,10 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import notebook_accel
 from notebook_accel import _lazy_attribute
+from notebook_accel.refusals import REFUSED, refused
 
 _PROBES = "notebook_accel.hardware.available"
 _DUMMIES = "notebook_accel.training.strategies.dummies"
@@ -79,17 +85,22 @@ _UTILS_ONLY = {
     ),
 }
 
+# accelerate's submodules that scripts import from (``from accelerate.utils.memory import``)
+_SUBMODULES = ("memory", "dataclasses")
+
 
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
     if name in _UTILS_ONLY:
         return _lazy_attribute(globals(), _UTILS_ONLY, name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     try:
         return getattr(notebook_accel, name)
     except AttributeError:
-        raise AttributeError(f"module 'notebook_accel.utils' has no attribute {name!r}") from None
+        return refused(globals(), name)
 
 
 def __dir__() -> list[str]:
-    return sorted([*notebook_accel.__all__, *_UTILS_ONLY])
+    return sorted({*notebook_accel.__all__, *_UTILS_ONLY, *REFUSED[__name__]})

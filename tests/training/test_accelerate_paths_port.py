@@ -1,0 +1,193 @@
+"""The census's names at accelerate's module paths give accelerate's answers: one body, two
+imports.
+
+The same function body runs on 2 gloo processes with ``accelerate``'s imports (1.15) and then
+with ours (only the import lines differ): ``accelerate.state``'s ``AcceleratorState`` after an
+``Accelerator`` and ``is_initialized()`` before and after, ``accelerate.utils``' collectives
+with their signatures and defaults, ``send_to_device``, ``synchronize_rng_states`` (a
+generator too), ``patch_environment``, the enums, ``extract_model_from_parallel``,
+``AutocastKwargs``, ``GradientAccumulationPlugin``, ``native_amp``, ``torch_device_mesh``,
+``maybe_context_parallel``, the probes, ``utils.memory`` and ``tracking``'s trackers.
+"""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+import warnings
+from typing import Any
+
+import pytest
+
+from notebook_accel import debug_launcher
+
+BODY = textwrap.dedent(
+    """
+    import os
+
+    import torch
+    import accelerate.state
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+    from accelerate.tracking import GeneralTracker, WandBTracker
+    from accelerate.utils import (
+        AutocastKwargs,
+        GradientAccumulationPlugin,
+        LoggerType,
+        PrecisionType,
+        broadcast,
+        broadcast_object_list,
+        extract_model_from_parallel,
+        gather,
+        is_bf16_available,
+        is_rich_available,
+        is_torch_xla_available,
+        pad_across_processes,
+        patch_environment,
+        reduce,
+        send_to_device,
+        synchronize_rng_states,
+        wait_for_everyone,
+    )
+    from accelerate.utils.memory import clear_device_cache
+
+    def main():
+        r = {"before": accelerate.state.is_initialized()}
+        acc = Accelerator(
+            cpu=True,
+            mixed_precision="bf16",
+            gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2),
+        )
+        r["after"] = accelerate.state.is_initialized()
+        s = AcceleratorState()
+        r["state"] = (
+            s.mixed_precision,
+            s.distributed_type.value,
+            s.num_processes,
+            s.process_index,
+            s.device.type,
+            s.is_main_process,
+            s.deepspeed_plugin,
+        )
+        r["partial"] = (PartialState().process_index, PartialState().num_processes)
+        r["flags"] = (acc.native_amp, acc.torch_device_mesh, acc.gradient_accumulation_steps)
+        rank = acc.process_index
+
+        t = torch.tensor([float(rank + 1), 2.0])
+        r["gather"] = gather(t).tolist()
+        r["reduce"] = (reduce(t).tolist(), reduce(t, "sum").tolist(), reduce(t, "max").tolist())
+        r["untouched"] = t.tolist()
+        r["broadcast"] = broadcast({"a": t}, from_process=1)["a"].tolist()
+        r["objects"] = broadcast_object_list([rank, f"r{rank}"], from_process=1)
+        r["pad"] = pad_across_processes(torch.ones(rank + 1), pad_index=-1).tolist()
+        wide = torch.ones(2, rank + 1)
+        r["pad_first"] = pad_across_processes(wide, dim=1, pad_first=True).tolist()
+        batch = {"x": t, "n": 3, "skip": t, "l": [t, (t, "s")]}
+        moved = send_to_device(batch, "cpu", skip_keys="skip")
+        r["moved"] = (sorted(moved), moved["skip"] is t, type(moved["l"][1]).__name__, moved["n"])
+        wait_for_everyone()
+
+        torch.manual_seed(rank)
+        g = torch.Generator().manual_seed(10 + rank)
+        synchronize_rng_states(["torch", "generator"], generator=g)
+        r["rng"] = (torch.rand(2).tolist(), torch.rand(2, generator=g).tolist())
+
+        with patch_environment(port_test_var=5, OTHER_port_VAR="x"):
+            r["env_in"] = (os.environ.get("PORT_TEST_VAR"), os.environ.get("OTHER_PORT_VAR"))
+        r["env_out"] = (os.environ.get("PORT_TEST_VAR"), os.environ.get("OTHER_PORT_VAR"))
+
+        r["enums"] = (
+            str(LoggerType.WANDB),
+            LoggerType("tensorboard").name,
+            PrecisionType.BF16.value,
+            PrecisionType("fp16").name,
+        )
+
+        model = torch.nn.Linear(2, 1)
+        prepared = acc.prepare(model)
+        r["unwrap"] = (
+            type(prepared).__name__,
+            extract_model_from_parallel(prepared) is model,
+            extract_model_from_parallel(model) is model,
+        )
+        x = torch.ones(2, 2)
+        with acc.autocast():
+            r["autocast"] = str((x @ x).dtype)
+        with acc.autocast(autocast_handler=AutocastKwargs(enabled=False)):
+            r["autocast_off"] = str((x @ x).dtype)
+        with acc.maybe_context_parallel(buffers=[x], buffer_seq_dims=[1]):
+            r["context_parallel"] = str((x + 1).sum().item())
+
+        r["probes"] = (is_bf16_available(), is_torch_xla_available(), is_rich_available())
+        clear_device_cache(garbage_collection=True)
+        r["trackers"] = (issubclass(WandBTracker, GeneralTracker), type(GradientState()).__name__)
+        acc.end_training()
+        return r
+    """
+)
+
+
+def _run(source: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<ported>", "exec"), namespace)
+    return namespace["main"]()  # type: ignore[no-any-return]
+
+
+def _ours(source: str) -> str:
+    ours = source.replace("import accelerate.state", "import notebook_accel.state")
+    ours = ours.replace("accelerate.state.is_initialized", "notebook_accel.state.is_initialized")
+    ours = ours.replace("from accelerate", "from notebook_accel")
+    assert "accelerate" not in ours.replace("notebook_accel", "")
+    return ours
+
+
+def test_the_census_names_give_accelerates_answers() -> None:
+    pytest.importorskip("accelerate")
+    theirs = debug_launcher(_run, args=(BODY,), num_processes=2)
+    ours = debug_launcher(_run, args=(_ours(BODY),), num_processes=2)
+    assert ours == theirs
+    first = theirs[0]
+    assert (first["before"], first["after"]) == (False, True)
+    assert first["state"][:4] == ("bf16", "MULTI_CPU", 2, 0)
+    assert first["flags"] == (True, None, 2)
+    assert first["reduce"] == ([1.5, 2.0], [3.0, 4.0], [2.0, 2.0])
+    assert first["objects"] == [1, "r1"]
+    assert first["autocast"] == "torch.bfloat16" and first["autocast_off"] == "torch.float32"
+    assert first["env_in"] == ("5", "x") and first["env_out"] == (None, None)
+    assert theirs[0]["rng"] == theirs[1]["rng"]
+
+
+def test_a_plugin_other_than_accelerates_defaults_is_refused() -> None:
+    from notebook_accel import Accelerator, ConfigError
+    from notebook_accel.utils import GradientAccumulationPlugin
+
+    with pytest.raises(ConfigError, match="sync_each_batch"):
+        Accelerator(
+            cpu=True,
+            gradient_accumulation_plugin=GradientAccumulationPlugin(2, sync_each_batch=True),
+        )
+    with pytest.raises(ConfigError, match="gradient_accumulation_steps"):
+        Accelerator(
+            cpu=True,
+            gradient_accumulation_steps=2,
+            gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2),
+        )
+
+
+def test_the_attributes_accelerate_dropped_or_never_had(caplog: pytest.LogCaptureFixture) -> None:
+    from notebook_accel import Accelerator
+
+    acc = Accelerator(cpu=True)
+    with pytest.warns(FutureWarning, match="use_fp16"):
+        assert acc.use_fp16 is False
+    assert acc.fsdp_plugin is None and acc.torch_device_mesh is None
+    assert acc.native_amp is False
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            with acc.maybe_context_parallel():
+                pass
+    said = [r.message for r in caplog.records if "Context parallel" in r.message]
+    assert said == [
+        "Context parallel training is not enabled. This context manager will have no effect."
+    ]

@@ -1,5 +1,5 @@
 """No silent gaps: every public name of accelerate 1.15's modules resolves here, provided or
-refused on purpose with a reason.
+refused on purpose with a reason; README's migration section is the table rendered.
 
 accelerate's public names in a module are its attributes without a leading underscore that
 are not submodules (accelerate has no ``__all__``), less the standard library's objects its
@@ -9,8 +9,10 @@ imports bring (``surface.accelerate_names``).
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,7 @@ from notebook_accel import NotebookAccelError, refusals, surface
 from notebook_accel.errors import NotProvidedError
 from notebook_accel.refusals import _PROVIDED_ELSEWHERE_BIG_MODEL, Refused
 
+README = Path(__file__).resolve().parents[1] / "README.md"
 MODULES = sorted(surface.SHIMS.items())
 
 
@@ -120,3 +123,19 @@ def test_the_new_module_paths_import_no_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def _readme_section() -> str:
+    text = README.read_text()
+    match = re.search(
+        r"<!-- migration: begin.*?-->\n(.*?)<!-- migration: end -->", text, flags=re.DOTALL
+    )
+    assert match, "README has no generated migration section"
+    return match.group(1)
+
+
+def test_readme_migration_section_is_the_rendered_table() -> None:
+    assert _readme_section() == surface.render_migration(), (
+        "README's 'Migrating from accelerate' section differs from the table: run "
+        "`python benchmarks/surface.py --write-readme`"
+    )

@@ -110,12 +110,6 @@ CHECKPOINT_NAMES = Reason(
     "accelerate's checkpoint file-name constants",
     "Accelerator.save_state/load_state (the same file layout)",
 )
-NOT_YET = Reason(
-    "not provided yet (issue 30): notebook_accel's sharded checkpoints are one DCP folder "
-    "per save_state (sharded/, model_<i> keys), not accelerate's pytorch_model_fsdp_<i>",
-    "accelerator.get_state_dict(model) on every rank, then accelerator.save(...) on the main "
-    "process",
-)
 INTERNALS = Reason(
     "an accelerate internal that no public notebook_accel call needs",
     "the Accelerator method of the same job (accelerator.save, accelerator.autocast, "
@@ -237,7 +231,6 @@ REFUSED: dict[str, dict[str, Reason]] = {
             "SCHEDULER_NAME WEIGHTS_INDEX_NAME WEIGHTS_NAME WEIGHTS_PATTERN_NAME "
             "PROFILE_PATTERN_NAME",
         ),
-        _group(NOT_YET, "merge_fsdp_weights"),
         _group(
             INTERNALS,
             "save load get_grad_scaler get_mixed_precision_context_manager "

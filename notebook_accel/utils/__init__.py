@@ -47,6 +47,7 @@ _UTILS_ONLY = {
     "PrecisionType": "notebook_accel.config",
     "write_basic_config": "notebook_accel.config",
     "patch_environment": "notebook_accel.env",
+    "merge_fsdp_weights": "notebook_accel.training.checkpoint.sharded",
     **dict.fromkeys(
         [
             "is_aim_available",

@@ -460,8 +460,12 @@ class Accelerator:
 
     @property
     def torch_device_mesh(self) -> Any:
-        """The ``DeviceMesh`` of a ``parallelism_config`` (tensor parallelism), else None."""
-        return self._strategy.device_mesh
+        """The ``DeviceMesh`` of a ``parallelism_config`` (as accelerate's: None without one).
+
+        A collective the first time on a job's ranks (before ``prepare``): read it on every
+        rank.
+        """
+        return None if self.parallelism_config is None else self._strategy.device_mesh
 
     @contextlib.contextmanager
     def maybe_context_parallel(

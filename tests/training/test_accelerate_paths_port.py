@@ -157,6 +157,24 @@ def test_the_census_names_give_accelerates_answers() -> None:
     assert theirs[0]["rng"] == theirs[1]["rng"]
 
 
+def _meshes() -> list[Any]:
+    from notebook_accel import Accelerator, ParallelismConfig
+
+    out = []
+    for config in (ParallelismConfig(tp_size=2), ParallelismConfig(dp_shard_size=2)):
+        mesh = Accelerator(cpu=True, parallelism_config=config).torch_device_mesh
+        out.append((type(mesh).__name__, mesh.mesh_dim_names, tuple(mesh.shape)))
+    return out
+
+
+def test_torch_device_mesh_is_the_parallelism_configs() -> None:
+    meshes = debug_launcher(_meshes, num_processes=2)
+    assert meshes[0] == meshes[1]
+    tp, fsdp = meshes[0]
+    assert tp == ("DeviceMesh", ("dp_shard", "tp"), (1, 2))
+    assert fsdp == ("DeviceMesh", ("shard",), (2,))
+
+
 def test_a_plugin_other_than_accelerates_defaults_is_refused() -> None:
     from notebook_accel import Accelerator, ConfigError
     from notebook_accel.utils import GradientAccumulationPlugin

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.distributed.device_mesh import DeviceMesh
 
 from ...options.fsdp import FsdpConfig
 from ..state import ProcessState
@@ -54,6 +55,11 @@ class FsdpStrategy(Strategy):
     def shards_parameters(self) -> bool:
         """True: each rank holds a shard of every parameter."""
         return True
+
+    @property
+    def device_mesh(self) -> DeviceMesh:
+        """The sharding mesh (``("shard",)``, or ``("replicate", "shard")`` for HSDP)."""
+        return self.sharder.mesh
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """``fully_shard`` the model (its submodules first, by the config's wrap policy)."""

@@ -106,10 +106,6 @@ TRACKERS = Reason(
 TRACKING_INTERNALS = Reason(
     "accelerate's tracker registry internals", "log_with=[...] with names or GeneralTracker objects"
 )
-CHECKPOINT_NAMES = Reason(
-    "accelerate's checkpoint file-name constants",
-    "Accelerator.save_state/load_state (the same file layout)",
-)
 INTERNALS = Reason(
     "an accelerate internal that no public notebook_accel call needs",
     "the Accelerator method of the same job (accelerator.save, accelerator.autocast, "
@@ -223,13 +219,6 @@ REFUSED: dict[str, dict[str, Reason]] = {
             VERSIONS,
             "compare_versions is_torch_version is_weights_only_available "
             "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION XPU_PROFILING_AVAILABLE_PYTORCH_VERSION",
-        ),
-        _group(
-            CHECKPOINT_NAMES,
-            "MODEL_NAME OPTIMIZER_NAME RNG_STATE_NAME SAFE_MODEL_NAME SAFE_WEIGHTS_INDEX_NAME "
-            "SAFE_WEIGHTS_NAME SAFE_WEIGHTS_PATTERN_NAME SAMPLER_NAME SCALER_NAME "
-            "SCHEDULER_NAME WEIGHTS_INDEX_NAME WEIGHTS_NAME WEIGHTS_PATTERN_NAME "
-            "PROFILE_PATTERN_NAME",
         ),
         _group(
             INTERNALS,

@@ -50,6 +50,25 @@ _UTILS_ONLY = {
     "merge_fsdp_weights": "notebook_accel.training.checkpoint.sharded",
     **dict.fromkeys(
         [
+            "MODEL_NAME",
+            "OPTIMIZER_NAME",
+            "RNG_STATE_NAME",
+            "SAFE_MODEL_NAME",
+            "SAFE_WEIGHTS_INDEX_NAME",
+            "SAFE_WEIGHTS_NAME",
+            "SAFE_WEIGHTS_PATTERN_NAME",
+            "SAMPLER_NAME",
+            "SCALER_NAME",
+            "SCHEDULER_NAME",
+            "WEIGHTS_INDEX_NAME",
+            "WEIGHTS_NAME",
+            "WEIGHTS_PATTERN_NAME",
+        ],
+        "notebook_accel.training.checkpoint.files",
+    ),
+    "PROFILE_PATTERN_NAME": "notebook_accel.training.profiling",
+    **dict.fromkeys(
+        [
             "is_aim_available",
             "is_bf16_available",
             "is_boto3_available",

@@ -3,7 +3,7 @@
 ``from accelerate.state import AcceleratorState`` becomes
 ``from notebook_accel.state import AcceleratorState``; ``accelerate.state.is_initialized()``
 becomes ``notebook_accel.state.is_initialized()``. The classes live on the training side
-(``training/accelerator_state.py``, ``processes.py``, ``state.py``) and load on first use, so
+(``training/accelerator_state.py``, ``processes.py``) and load on first use, so
 this module imports no torch; accelerate's re-exports of ``accelerate.utils`` names resolve as
 in :mod:`notebook_accel.utils` (provided or refused).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .refusals import UTILS, shim_attribute
+from .refusals import REFUSED, UTILS, shim_attribute
 
 _ACCELERATOR_STATE = "notebook_accel.training.accelerator_state"
 _FROM_UTILS = (
@@ -29,10 +29,10 @@ _EXPORTS = {
     "AcceleratorState": _ACCELERATOR_STATE,
     "is_initialized": _ACCELERATOR_STATE,
     "PartialState": "notebook_accel.training.processes",
-    "GradientState": "notebook_accel.training.state",
+    "GradientState": _ACCELERATOR_STATE,
     **dict.fromkeys(_FROM_UTILS, UTILS),
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # and REFUSED[__name__]'s placeholders, in dir()
 
 
 def __getattr__(name: str) -> Any:
@@ -40,4 +40,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return list(__all__)
+    return sorted({*__all__, *REFUSED[__name__]})

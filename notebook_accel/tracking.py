@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .refusals import UTILS, shim_attribute
+from .refusals import REFUSED, UTILS, shim_attribute
 
 _TRACKING = "notebook_accel.training.tracking"
 _FROM_UTILS = (
@@ -29,7 +29,7 @@ _EXPORTS = {
     "get_logger": "notebook_accel.training.logs",
     **dict.fromkeys(_FROM_UTILS, UTILS),
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # and REFUSED[__name__]'s placeholders, in dir()
 
 
 def __getattr__(name: str) -> Any:
@@ -37,4 +37,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return list(__all__)
+    return sorted({*__all__, *REFUSED[__name__]})

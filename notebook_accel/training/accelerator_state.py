@@ -3,6 +3,7 @@
     Accelerator(...)  -> register(accelerator): this process's latest Accelerator (weakly)
     AcceleratorState() -> its facts (process state, precision, plugins, mesh), or, with no
                           Accelerator alive, a PartialState's with the given precision
+    GradientState()    -> its gradient state (sync_gradients, num_steps, ...), or a fresh one
     is_initialized()   -> an Accelerator (or an AcceleratorState) was made in this process
 
 accelerate keeps these in a Borg dict that every instance shares. Here the Accelerator stays
@@ -18,10 +19,12 @@ import weakref
 from typing import Any
 
 from .. import env
+from .handlers import GradientAccumulationPlugin
 from .precision import check_precision
 from .processes import PartialState
+from .state import GradientState as _Record
 
-__all__ = ["AcceleratorState", "is_initialized", "register"]
+__all__ = ["AcceleratorState", "GradientState", "is_initialized", "register"]
 
 _latest: weakref.ref[Any] | None = None
 _initialized = False
@@ -137,3 +140,45 @@ class AcceleratorState(PartialState):
 
     def __repr__(self) -> str:
         return f"{super().__repr__()}\nMixed precision type: {self.mixed_precision}\n"
+
+
+class GradientState:
+    """accelerate's ``GradientState()``: the latest Accelerator's gradient state, read live.
+
+    ``sync_gradients`` (does this micro-batch step?), ``num_steps`` (the accumulation steps),
+    ``end_of_dataloader`` and ``remainder`` (the active prepared loader's last batch). Without
+    an Accelerator alive, a fresh record (``num_steps`` from the plugin, else 1).
+    ``adjust_scheduler`` and ``sync_with_dataloader`` answer as accelerate's do for the
+    plugins it accepts (accelerate reads them from the plugin's non-default fields).
+
+    Example:
+        >>> from notebook_accel.state import GradientState
+        >>> GradientState().sync_gradients
+        True
+    """
+
+    def __init__(self, gradient_accumulation_plugin: GradientAccumulationPlugin | None = None):
+        accelerator = _live()
+        if accelerator is not None:
+            self._record: _Record = accelerator.gradient_state
+        else:
+            plugin = gradient_accumulation_plugin
+            self._record = _Record(accumulation_steps=(plugin and plugin.num_steps) or 1)
+
+    sync_gradients = property(lambda self: self._record.sync_gradients, doc="Steps now?")
+    num_steps = property(lambda self: self._record.accumulation_steps, doc="Accumulation.")
+    end_of_dataloader = property(
+        lambda self: self._record.end_of_dataloader, doc="The loader's last batch."
+    )
+    remainder = property(lambda self: self._record.remainder, doc="Real samples of it, or -1.")
+    adjust_scheduler = property(lambda self: False, doc="accelerate's answer (see above).")
+    sync_with_dataloader = property(lambda self: True, doc="A loader's end ends a cycle.")
+    initialized = property(lambda self: True, doc="True: a GradientState exists.")
+
+    def __repr__(self) -> str:
+        return (
+            f"Sync Gradients: {self.sync_gradients}\n"
+            f"At end of current dataloader: {self.end_of_dataloader}\n"
+            f"Extra samples added: {self.remainder}\n"
+            f"Gradient accumulation plugin: {{'num_steps': {self.num_steps}}}\n"
+        )

@@ -120,7 +120,22 @@ BODY = textwrap.dedent(
 
         r["probes"] = (is_bf16_available(), is_torch_xla_available(), is_rich_available())
         clear_device_cache(garbage_collection=True)
-        r["trackers"] = (issubclass(WandBTracker, GeneralTracker), type(GradientState()).__name__)
+        r["trackers"] = issubclass(WandBTracker, GeneralTracker)
+
+        # GradientState() reads the Accelerator's: in and out of an accumulation cycle
+        seen = []
+        opt = torch.optim.SGD(prepared.parameters(), lr=0.1)
+        opt = acc.prepare(opt)
+        for _ in range(3):
+            with acc.accumulate(prepared):
+                acc.backward(prepared(torch.ones(1, 2)).sum())
+                gs = GradientState()
+                seen.append((gs.sync_gradients, gs.num_steps, gs.end_of_dataloader, gs.remainder))
+                opt.step()
+                opt.zero_grad()
+        r["gradient_state"] = seen
+        gs = GradientState()
+        r["gradient_flags"] = (gs.adjust_scheduler, gs.sync_with_dataloader, gs.initialized)
         acc.end_training()
         return r
     """
@@ -155,6 +170,9 @@ def test_the_census_names_give_accelerates_answers() -> None:
     assert first["autocast"] == "torch.bfloat16" and first["autocast_off"] == "torch.float32"
     assert first["env_in"] == ("5", "x") and first["env_out"] == (None, None)
     assert theirs[0]["rng"] == theirs[1]["rng"]
+    assert first["gradient_state"] == [(False, 2, False, -1), (True, 2, False, -1)] + [
+        (False, 2, False, -1)
+    ]
 
 
 def _meshes() -> list[Any]:

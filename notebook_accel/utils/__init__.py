@@ -23,87 +23,47 @@ from notebook_accel.refusals import REFUSED, refused
 
 _PROBES = "notebook_accel.hardware.available"
 _DUMMIES = "notebook_accel.training.strategies.dummies"
-_OPERATIONS = "notebook_accel.training.operations"
-_MEMORY = "notebook_accel.training.memory"
-_HANDLERS = "notebook_accel.training.handlers"
 
 # Names accelerate keeps in accelerate.utils only (not at its top level) -> defining module.
 _UTILS_ONLY = {
     "DummyOptim": _DUMMIES,
     "DummyScheduler": _DUMMIES,
-    "broadcast": _OPERATIONS,
-    "broadcast_object_list": _OPERATIONS,
-    "extract_model_from_parallel": _OPERATIONS,
-    "gather": _OPERATIONS,
-    "pad_across_processes": _OPERATIONS,
-    "reduce": _OPERATIONS,
-    "send_to_device": _OPERATIONS,
-    "wait_for_everyone": _OPERATIONS,
-    "clear_device_cache": _MEMORY,
-    "should_reduce_batch_size": _MEMORY,
-    "GradientAccumulationPlugin": _HANDLERS,
-    "RNGType": "notebook_accel.training.data.rng",
-    "LoggerType": "notebook_accel.training.tracking",
-    "PrecisionType": "notebook_accel.config",
-    "write_basic_config": "notebook_accel.config",
-    "patch_environment": "notebook_accel.env",
-    "merge_fsdp_weights": "notebook_accel.training.checkpoint.sharded",
-    **dict.fromkeys(
-        [
-            "MODEL_NAME",
-            "OPTIMIZER_NAME",
-            "RNG_STATE_NAME",
-            "SAFE_MODEL_NAME",
-            "SAFE_WEIGHTS_INDEX_NAME",
-            "SAFE_WEIGHTS_NAME",
-            "SAFE_WEIGHTS_PATTERN_NAME",
-            "SAMPLER_NAME",
-            "SCALER_NAME",
-            "SCHEDULER_NAME",
-            "WEIGHTS_INDEX_NAME",
-            "WEIGHTS_NAME",
-            "WEIGHTS_PATTERN_NAME",
-        ],
-        "notebook_accel.training.checkpoint.files",
-    ),
-    "PROFILE_PATTERN_NAME": "notebook_accel.training.profiling",
-    **dict.fromkeys(
-        [
-            "is_aim_available",
-            "is_bf16_available",
-            "is_boto3_available",
-            "is_clearml_available",
-            "is_comet_ml_available",
-            "is_cuda_available",
-            "is_datasets_available",
-            "is_deepspeed_available",
-            "is_dvclive_available",
-            "is_lomo_available",
-            "is_matplotlib_available",
-            "is_mlflow_available",
-            "is_mps_available",
-            "is_npu_available",
-            "is_pandas_available",
-            "is_peft_available",
-            "is_pynvml_available",
-            "is_pytest_available",
-            "is_schedulefree_available",
-            "is_swanlab_available",
-            "is_tensorboard_available",
-            "is_timm_available",
-            "is_torch_xla_available",
-            "is_torchao_available",
-            "is_torchdata_available",
-            "is_torchvision_available",
-            "is_trackio_available",
-            "is_transformers_available",
-            "is_triton_available",
-            "is_wandb_available",
-            "is_xpu_available",
-        ],
-        _PROBES,
-    ),
+    "is_cuda_available": _PROBES,
+    "is_datasets_available": _PROBES,
+    "is_deepspeed_available": _PROBES,
+    "is_mlflow_available": _PROBES,
+    "is_mps_available": _PROBES,
+    "is_npu_available": _PROBES,
+    "is_schedulefree_available": _PROBES,
+    "is_tensorboard_available": _PROBES,
+    "is_torchao_available": _PROBES,
+    "is_transformers_available": _PROBES,
+    "is_wandb_available": _PROBES,
+    "is_xpu_available": _PROBES,
 }
+# ... and more of them, module -> names (issue 30: the names a census of scripts uses)
+_MORE = {
+    _PROBES: "is_aim_available is_bf16_available is_boto3_available is_clearml_available "
+    "is_comet_ml_available is_dvclive_available is_lomo_available is_matplotlib_available "
+    "is_pandas_available is_peft_available is_pynvml_available is_pytest_available "
+    "is_swanlab_available is_timm_available is_torch_xla_available is_torchdata_available "
+    "is_torchvision_available is_trackio_available is_triton_available",
+    "notebook_accel.training.operations": "broadcast broadcast_object_list gather reduce "
+    "pad_across_processes send_to_device wait_for_everyone extract_model_from_parallel",
+    "notebook_accel.training.memory": "clear_device_cache should_reduce_batch_size",
+    "notebook_accel.training.handlers": "GradientAccumulationPlugin",
+    "notebook_accel.training.data.rng": "RNGType",
+    "notebook_accel.training.tracking": "LoggerType",
+    "notebook_accel.training.profiling": "PROFILE_PATTERN_NAME",
+    "notebook_accel.training.checkpoint.sharded": "merge_fsdp_weights",
+    "notebook_accel.training.checkpoint.files": "MODEL_NAME OPTIMIZER_NAME RNG_STATE_NAME "
+    "SAFE_MODEL_NAME SAFE_WEIGHTS_INDEX_NAME SAFE_WEIGHTS_NAME SAFE_WEIGHTS_PATTERN_NAME "
+    "SAMPLER_NAME SCALER_NAME SCHEDULER_NAME WEIGHTS_INDEX_NAME WEIGHTS_NAME "
+    "WEIGHTS_PATTERN_NAME",
+    "notebook_accel.config": "PrecisionType write_basic_config",
+    "notebook_accel.env": "patch_environment",
+}
+_UTILS_ONLY.update({name: module for module, names in _MORE.items() for name in names.split()})
 
 # accelerate's submodules that scripts import from (``from accelerate.utils.memory import``)
 _SUBMODULES = ("memory", "dataclasses")

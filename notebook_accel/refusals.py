@@ -67,7 +67,7 @@ DEVICES = Reason(
     "CUDA, MPS, XPU, NPU, TPU or the CPU (notebook_accel.utils.is_cuda_available, ...)",
 )
 LAUNCHER = Reason(
-    "accelerate's launcher and CLI plumbing (environment parsing, launch commands)",
+    "accelerate's launcher and CLI plumbing (launch commands, process placement)",
     "notebook_launcher / `notebook-accel launch`; patch_environment for variables",
 )
 DEEPSPEED_INTERNALS = Reason(
@@ -170,8 +170,8 @@ REFUSED: dict[str, dict[str, Reason]] = {
             "prepare_multi_gpu_env prepare_simple_launcher_cmd_env prepare_tpu install_xla "
             "get_cpu_distributed_information set_numa_affinity is_port_in_use check_os_kernel "
             "check_cuda_p2p_ib_support ComputeEnvironment convert_dict_to_env_variables "
-            "clear_environment purge_accelerate_environment get_int_from_env "
-            "parse_choice_from_env parse_flag_from_env str_to_bool are_libraries_initialized "
+            "clear_environment purge_accelerate_environment "
+            "are_libraries_initialized "
             "get_gpu_info is_import_timer_available",
         ),
         _group(
@@ -223,8 +223,8 @@ REFUSED: dict[str, dict[str, Reason]] = {
         _group(
             INTERNALS,
             "save load get_grad_scaler get_mixed_precision_context_manager "
-            "get_current_device_type has_compiled_regions is_peft_model synchronize_rng_state "
-            "is_fp16_available is_fp8_available is_torchdata_stateful_dataloader_available",
+            "get_current_device_type has_compiled_regions is_peft_model "
+            "is_torchdata_stateful_dataloader_available",
         ),
     ),
     "notebook_accel.state": _table(

@@ -27,6 +27,8 @@ __all__ = [
     "is_clearml_available",
     "is_comet_ml_available",
     "is_dvclive_available",
+    "is_fp16_available",
+    "is_fp8_available",
     "is_lomo_available",
     "is_matplotlib_available",
     "is_pandas_available",
@@ -252,3 +254,15 @@ def is_bf16_available(ignore_tpu: bool = False) -> bool:
     if is_mps_available():
         return bool(torch.backends.mps.is_macos_or_newer(14, 0))
     return True
+
+
+def is_fp16_available() -> bool:
+    """Whether fp16 runs here: True (accelerate's answer off Gaudi 1, which this package does
+    not run on)."""
+    return True
+
+
+def is_fp8_available() -> bool:
+    """Whether fp8 training runs here: torchao installed (``mixed_precision="fp8"``'s route;
+    accelerate also counts MS-AMP and Transformer Engine, which this package does not use)."""
+    return is_torchao_available()

@@ -44,7 +44,8 @@ _UTILS_ONLY = {
 # ... and more of them, module -> names (issue 30: the names a census of scripts uses)
 _MORE = {
     _PROBES: "is_aim_available is_bf16_available is_boto3_available is_clearml_available "
-    "is_comet_ml_available is_dvclive_available is_lomo_available is_matplotlib_available "
+    "is_comet_ml_available is_dvclive_available is_fp16_available is_fp8_available "
+    "is_lomo_available is_matplotlib_available "
     "is_pandas_available is_peft_available is_pynvml_available is_pytest_available "
     "is_swanlab_available is_timm_available is_torch_xla_available is_torchdata_available "
     "is_torchvision_available is_trackio_available is_triton_available",
@@ -52,7 +53,7 @@ _MORE = {
     "pad_across_processes send_to_device wait_for_everyone extract_model_from_parallel",
     "notebook_accel.training.memory": "clear_device_cache should_reduce_batch_size",
     "notebook_accel.training.handlers": "GradientAccumulationPlugin",
-    "notebook_accel.training.data.rng": "RNGType",
+    "notebook_accel.training.data.rng": "RNGType synchronize_rng_state",
     "notebook_accel.training.tracking": "LoggerType",
     "notebook_accel.training.profiling": "PROFILE_PATTERN_NAME",
     "notebook_accel.training.checkpoint.sharded": "merge_fsdp_weights",
@@ -61,7 +62,8 @@ _MORE = {
     "SAMPLER_NAME SCALER_NAME SCHEDULER_NAME WEIGHTS_INDEX_NAME WEIGHTS_NAME "
     "WEIGHTS_PATTERN_NAME",
     "notebook_accel.config": "PrecisionType write_basic_config",
-    "notebook_accel.env": "patch_environment",
+    "notebook_accel.env": "patch_environment str_to_bool parse_flag_from_env "
+    "parse_choice_from_env get_int_from_env",
 }
 _UTILS_ONLY.update({name: module for module, names in _MORE.items() for name in names.split()})
 

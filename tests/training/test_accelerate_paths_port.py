@@ -35,6 +35,7 @@ BODY = textwrap.dedent(
         GradientAccumulationPlugin,
         LoggerType,
         PrecisionType,
+        RNGType,
         broadcast,
         broadcast_object_list,
         extract_model_from_parallel,
@@ -46,6 +47,7 @@ BODY = textwrap.dedent(
         patch_environment,
         reduce,
         send_to_device,
+        synchronize_rng_state,
         synchronize_rng_states,
         wait_for_everyone,
     )
@@ -91,6 +93,9 @@ BODY = textwrap.dedent(
         g = torch.Generator().manual_seed(10 + rank)
         synchronize_rng_states(["torch", "generator"], generator=g)
         r["rng"] = (torch.rand(2).tolist(), torch.rand(2, generator=g).tolist())
+        torch.manual_seed(100 + rank)
+        synchronize_rng_state(RNGType.TORCH)
+        r["rng_one"] = torch.rand(2).tolist()
 
         with patch_environment(port_test_var=5, OTHER_port_VAR="x"):
             r["env_in"] = (os.environ.get("PORT_TEST_VAR"), os.environ.get("OTHER_PORT_VAR"))
@@ -170,6 +175,7 @@ def test_the_census_names_give_accelerates_answers() -> None:
     assert first["autocast"] == "torch.bfloat16" and first["autocast_off"] == "torch.float32"
     assert first["env_in"] == ("5", "x") and first["env_out"] == (None, None)
     assert theirs[0]["rng"] == theirs[1]["rng"]
+    assert theirs[0]["rng_one"] == theirs[1]["rng_one"]
     assert first["gradient_state"] == [(False, 2, False, -1), (True, 2, False, -1)] + [
         (False, 2, False, -1)
     ]
@@ -227,3 +233,23 @@ def test_the_attributes_accelerate_dropped_or_never_had(caplog: pytest.LogCaptur
     assert said == [
         "Context parallel training is not enabled. This context manager will have no effect."
     ]
+
+
+def test_the_environment_helpers_answer_as_accelerates(monkeypatch: pytest.MonkeyPatch) -> None:
+    theirs = pytest.importorskip("accelerate.utils")
+    import notebook_accel.utils as ours
+
+    for word in ("YES", "t", "On", "1", "n", "False", "off", "0"):
+        for to_bool in (False, True):
+            assert ours.str_to_bool(word, to_bool) == theirs.str_to_bool(word, to_bool)
+            assert type(ours.str_to_bool(word, to_bool)) is type(theirs.str_to_bool(word, to_bool))
+    with pytest.raises(ValueError, match="invalid truth value maybe"):
+        ours.str_to_bool("maybe")
+    monkeypatch.setenv("PORT_FLAG", "yes")
+    monkeypatch.setenv("PORT_INT_B", "7")
+    monkeypatch.delenv("PORT_UNSET", raising=False)
+    for name in ("parse_flag_from_env", "parse_choice_from_env"):
+        for key in ("PORT_FLAG", "PORT_UNSET"):
+            assert getattr(ours, name)(key) == getattr(theirs, name)(key), (name, key)
+    for keys in (["PORT_UNSET", "PORT_INT_B"], ["PORT_UNSET"]):
+        assert ours.get_int_from_env(keys, 3) == theirs.get_int_from_env(keys, 3)

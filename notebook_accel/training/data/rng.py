@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["RNG_TYPES", "RNGType", "synchronize_rng_states"]
+__all__ = ["RNG_TYPES", "RNGType", "synchronize_rng_state", "synchronize_rng_states"]
 
 
 class RNGType(enum.StrEnum):
@@ -77,3 +77,11 @@ def synchronize_rng_states(rng_types: list[str], generator: torch.Generator | No
         import torch_xla.core.xla_model as xm
 
         xm.set_rng_state(states[2])
+
+
+def synchronize_rng_state(
+    rng_type: RNGType | str | None = None, generator: torch.Generator | None = None
+) -> None:
+    """accelerate's single-generator form of :func:`synchronize_rng_states` (a collective)."""
+    if rng_type is not None:
+        synchronize_rng_states([rng_type], generator=generator)

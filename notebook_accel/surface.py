@@ -115,13 +115,12 @@ def _code(names: list[str]) -> str:
 def render_migration() -> str:
     """README's "Migrating from accelerate" section (markdown, without its heading line)."""
     lines = [
-        "Change `accelerate` to `notebook_accel` in a script's imports; the module paths are",
-        "the same. Each module below provides the names listed; accelerate's other names there",
-        "import fine (`from notebook_accel.utils import X`, `hasattr` work) but raise",
-        "`NotebookAccelError` (`NotProvidedError`) saying why and what to use instead when",
-        "called. Generated from `notebook_accel/refusals.py` (`surface.render_migration`).",
-        "Big-model loading (`init_empty_weights`, `load_checkpoint_and_dispatch`, ...,",
-        "`notebook_accel.big_modeling`, `notebook_accel.hooks`) is documented with that work.",
+        "Per module: the names provided, then accelerate's names that are not, by reason. A",
+        "name not provided imports fine (`from notebook_accel.utils import X`, `hasattr`) but",
+        "raises `NotProvidedError` (a `NotebookAccelError`) saying why and what to use",
+        "instead when called. Big-model loading (`init_empty_weights`,",
+        "`load_checkpoint_and_dispatch`, ..., `notebook_accel.big_modeling`,",
+        "`notebook_accel.hooks`) is another part of the work and listed with it.",
         "",
     ]
     for theirs, ours in SHIMS.items():

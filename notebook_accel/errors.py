@@ -8,7 +8,8 @@ expects Python's or torch's own: AttributeError (a module's lazy names, a wrappe
 attribute), TypeError and RuntimeError (an Accelerator method called as torch's would refuse
 it, an unpicklable return value, find_executable_batch_size), ValueError and RuntimeError
 between the package's own processes (a malformed message, a store's reply, torch's own
-re-rendezvous refusal), NameError (a name a session's workers lack), NotImplementedError
+re-rendezvous refusal), ValueError (AcceleratorState() before any Accelerator, as
+accelerate's), NameError (a name a session's workers lack), NotImplementedError
 (LocalSGD under a sharding strategy), TimeoutError (Job.result, a key that never came).
 
 ``UserFrames`` is how an entry point (notebook_launcher, a session's run, ...) raises what it

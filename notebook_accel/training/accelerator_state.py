@@ -1,65 +1,87 @@
-"""accelerate's ``AcceleratorState`` and ``accelerate.state.is_initialized()``.
+"""accelerate's ``AcceleratorState``, ``GradientState`` and ``accelerate.state.is_initialized()``.
 
-    Accelerator(...)  -> register(accelerator): this process's latest Accelerator (weakly)
-    AcceleratorState() -> its facts (process state, precision, plugins, mesh), or, with no
-                          Accelerator alive, a PartialState's with the given precision
+    Accelerator(...)   -> register(accelerator): this process's latest Accelerator's facts
+    AcceleratorState() -> those facts (process state, precision, plugins, mesh); before any
+                          Accelerator, a ValueError, as accelerate's
     GradientState()    -> its gradient state (sync_gradients, num_steps, ...), or a fresh one
-    is_initialized()   -> an Accelerator (or an AcceleratorState) was made in this process
+    is_initialized()   -> an Accelerator was made in this process
 
-accelerate keeps these in a Borg dict that every instance shares. Here the Accelerator stays
-the owner of its facts: an ``AcceleratorState`` reads the latest live one (library code such
-as transformers' reads ``AcceleratorState().mixed_precision`` inside a user's function). The
-one process-wide record is the two module variables below; a worker is a fresh process for
-each launch, so nothing carries from one launch to the next.
+accelerate keeps these in Borg dicts that every instance shares. Here the Accelerator stays
+the owner of its facts: ``register`` keeps the small, fixed ones (its ProcessState, precision
+name, plugins, gradient record) and a weak reference for the mesh, so the Accelerator and its
+prepared models are freed as usual, while ``AcceleratorState()`` still answers afterwards (as
+accelerate's does). Library code such as transformers' reads
+``AcceleratorState().mixed_precision`` inside a user's function. A worker is a fresh process
+for each launch, so nothing carries from one launch to the next.
 """
 
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
-from .. import env
 from .handlers import GradientAccumulationPlugin
-from .precision import check_precision
 from .processes import PartialState
 from .state import GradientState as _Record
+from .state import ProcessState
 
 __all__ = ["AcceleratorState", "GradientState", "is_initialized", "register"]
 
-_latest: weakref.ref[Any] | None = None
-_initialized = False
+
+@dataclass(frozen=True)
+class _Facts:
+    """What an Accelerator fixed at construction, kept for AcceleratorState()."""
+
+    state: ProcessState
+    mixed_precision: str
+    deepspeed_plugin: Any
+    fsdp_plugin: Any
+    dynamo_plugin: Any
+    parallelism_config: Any
+    gradient_state: _Record
+    accelerator: weakref.ref[Any]
+
+
+_latest: _Facts | None = None
 
 
 def register(accelerator: Any) -> None:
     """Note ``accelerator`` as this process's latest (its constructor calls this)."""
-    global _latest, _initialized
-    _latest = weakref.ref(accelerator)
-    _initialized = True
+    global _latest
+    _latest = _Facts(
+        state=accelerator.state,
+        mixed_precision=accelerator.mixed_precision,
+        deepspeed_plugin=accelerator.deepspeed_plugin,
+        fsdp_plugin=accelerator.fsdp_plugin,
+        dynamo_plugin=accelerator.dynamo_plugin,
+        parallelism_config=accelerator.parallelism_config,
+        gradient_state=accelerator.gradient_state,
+        accelerator=weakref.ref(accelerator),
+    )
 
 
 def is_initialized() -> bool:
-    """Whether an ``Accelerator`` (or an ``AcceleratorState``) was made in this process.
+    """Whether an ``Accelerator`` was made in this process.
 
     Example:
         >>> from notebook_accel.state import is_initialized
         >>> is_initialized()  # doctest: +SKIP
         False
     """
-    return _initialized
-
-
-def _live() -> Any:
-    return _latest() if _latest is not None else None
+    return _latest is not None
 
 
 class AcceleratorState(PartialState):
-    """The Accelerator's facts, as accelerate's ``AcceleratorState()`` gives them anywhere.
+    """The latest Accelerator's facts, as accelerate's ``AcceleratorState()`` gives them.
 
-    Inside a function that built an ``Accelerator``, ``AcceleratorState()`` reads that
-    Accelerator's: ``mixed_precision``, ``distributed_type``, ``num_processes``, ``device``,
-    ``deepspeed_plugin``, ``fsdp_plugin``, ``parallelism_config``, ``device_mesh``, and every
-    :class:`PartialState` helper. Without one, it is a ``PartialState`` with the given
-    ``mixed_precision`` (else the launch's), and ``is_initialized()`` is true from then on.
+    ``mixed_precision``, ``distributed_type``, ``num_processes``, ``device``,
+    ``deepspeed_plugin``, ``fsdp_plugin`` (an ``FsdpConfig``), ``dynamo_plugin``,
+    ``parallelism_config``, ``device_mesh``, and every :class:`PartialState` helper. The
+    arguments are accelerate's and are not used: the Accelerator decided.
+
+    Raises:
+        ValueError: no Accelerator was made in this process yet (accelerate's refusal).
 
     Example:
         >>> from notebook_accel import Accelerator
@@ -79,64 +101,51 @@ class AcceleratorState(PartialState):
         parallelism_config: Any = None,
         **kwargs: Any,
     ) -> None:
-        global _initialized
-        self._accelerator = _live()
-        if self._accelerator is not None:
-            self._state = self._accelerator.state
-            return
-        super().__init__(cpu=cpu, **kwargs)
-        if mixed_precision is None:
-            mixed_precision = env.launch_option("mixed_precision") or "no"
-        self._facts = {
-            "mixed_precision": check_precision(mixed_precision),
-            "dynamo_plugin": dynamo_plugin,
-            "deepspeed_plugin": deepspeed_plugin,
-            "fsdp_plugin": fsdp_plugin,
-            "parallelism_config": parallelism_config,
-            "device_mesh": None,
-        }
-        _initialized = True
-
-    def _fact(self, name: str, attribute: str) -> Any:
-        if self._accelerator is not None:
-            return getattr(self._accelerator, attribute)
-        return self._facts[name]
+        if _latest is None:
+            raise ValueError(
+                "Please make sure to properly initialize your accelerator via `accelerator = "
+                "Accelerator()` before using AcceleratorState() (as accelerate requires)."
+            )
+        self._facts = _latest
+        self._state = _latest.state
 
     @property
     def mixed_precision(self) -> str:
         """``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``."""
-        return str(self._fact("mixed_precision", "mixed_precision"))
+        return self._facts.mixed_precision
 
     @property
     def deepspeed_plugin(self) -> Any:
         """The ``DeepSpeedPlugin`` in use, or None."""
-        return self._fact("deepspeed_plugin", "deepspeed_plugin")
+        return self._facts.deepspeed_plugin
 
     @property
     def fsdp_plugin(self) -> Any:
         """The FSDP options in use (an ``FsdpConfig``), or None."""
-        return self._fact("fsdp_plugin", "fsdp_plugin")
+        return self._facts.fsdp_plugin
 
     @property
     def dynamo_plugin(self) -> Any:
         """The ``TorchDynamoPlugin`` in use, or None."""
-        return self._fact("dynamo_plugin", "dynamo_plugin")
+        return self._facts.dynamo_plugin
 
     @property
     def parallelism_config(self) -> Any:
         """The ``ParallelismConfig`` in use, or None."""
-        return self._fact("parallelism_config", "parallelism_config")
+        return self._facts.parallelism_config
 
     @property
     def device_mesh(self) -> Any:
-        """The ``DeviceMesh`` of the ``parallelism_config``, or None."""
-        return self._fact("device_mesh", "torch_device_mesh")
+        """The ``DeviceMesh`` of the ``parallelism_config`` (None without one, or once the
+        Accelerator is gone)."""
+        accelerator = self._facts.accelerator()
+        return None if accelerator is None else accelerator.torch_device_mesh
 
     @staticmethod
     def _reset_state(reset_partial_state: bool = False) -> None:
         """Forget the latest Accelerator (accelerate's test helper)."""
-        global _latest, _initialized
-        _latest, _initialized = None, False
+        global _latest
+        _latest = None
 
     def __repr__(self) -> str:
         return f"{super().__repr__()}\nMixed precision type: {self.mixed_precision}\n"
@@ -147,7 +156,7 @@ class GradientState:
 
     ``sync_gradients`` (does this micro-batch step?), ``num_steps`` (the accumulation steps),
     ``end_of_dataloader`` and ``remainder`` (the active prepared loader's last batch). Without
-    an Accelerator alive, a fresh record (``num_steps`` from the plugin, else 1).
+    an Accelerator, a fresh record (``num_steps`` from the plugin, else 1).
     ``adjust_scheduler`` and ``sync_with_dataloader`` answer as accelerate's do for the
     plugins it accepts (accelerate reads them from the plugin's non-default fields).
 
@@ -158,9 +167,8 @@ class GradientState:
     """
 
     def __init__(self, gradient_accumulation_plugin: GradientAccumulationPlugin | None = None):
-        accelerator = _live()
-        if accelerator is not None:
-            self._record: _Record = accelerator.gradient_state
+        if _latest is not None:
+            self._record = _latest.gradient_state
         else:
             plugin = gradient_accumulation_plugin
             self._record = _Record(accumulation_steps=(plugin and plugin.num_steps) or 1)

@@ -181,6 +181,34 @@ def test_the_census_names_give_accelerates_answers() -> None:
     ]
 
 
+ALONE = textwrap.dedent(
+    """
+    import accelerate.state
+    from accelerate.state import AcceleratorState, GradientState
+
+    def main():
+        before = accelerate.state.is_initialized()
+        try:
+            AcceleratorState(mixed_precision="bf16", cpu=True)
+            refused = None
+        except ValueError as error:
+            refused = "initialize your accelerator via `accelerator = Accelerator()`" in str(error)
+        g = GradientState()
+        return (before, refused, (g.sync_gradients, g.num_steps, g.end_of_dataloader, g.remainder))
+    """
+)
+
+
+def test_an_accelerator_state_without_an_accelerator_is_refused() -> None:
+    """AcceleratorState() before any Accelerator: accelerate's ValueError; GradientState()
+    is a fresh one."""
+    pytest.importorskip("accelerate")
+    theirs = debug_launcher(_run, args=(ALONE,), num_processes=2)
+    ours = debug_launcher(_run, args=(_ours(ALONE),), num_processes=2)
+    assert ours == theirs
+    assert theirs[1] == (False, True, (True, 1, False, -1))
+
+
 def _meshes() -> list[Any]:
     from notebook_accel import Accelerator, ParallelismConfig
 
@@ -253,3 +281,26 @@ def test_the_environment_helpers_answer_as_accelerates(monkeypatch: pytest.Monke
             assert getattr(ours, name)(key) == getattr(theirs, name)(key), (name, key)
     for keys in (["PORT_UNSET", "PORT_INT_B"], ["PORT_UNSET"]):
         assert ours.get_int_from_env(keys, 3) == theirs.get_int_from_env(keys, 3)
+
+
+def _after_the_accelerator_is_gone() -> tuple[Any, ...]:
+    import gc
+
+    from notebook_accel import Accelerator
+    from notebook_accel.state import AcceleratorState, is_initialized
+
+    def build() -> None:
+        Accelerator(cpu=True, mixed_precision="bf16")
+
+    build()
+    gc.collect()
+    state = AcceleratorState()
+    return is_initialized(), state.mixed_precision, state.num_processes, state.device_mesh
+
+
+def test_the_facts_outlive_the_accelerator() -> None:
+    """As accelerate's shared state does: the Accelerator built in a helper and dropped."""
+    assert (
+        debug_launcher(_after_the_accelerator_is_gone, num_processes=2)
+        == [(True, "bf16", 2, None)] * 2
+    )

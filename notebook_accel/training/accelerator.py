@@ -48,6 +48,7 @@ from .handlers import (
     GradientAccumulationPlugin,
     KwargsHandler,
 )
+from .logs import MultiProcessAdapter
 from .memory import release_memory
 from .precision.modes import AutocastForward, MixedPrecision
 from .precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
@@ -61,6 +62,8 @@ __all__ = ["Accelerator", "DistributedType"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound=KwargsHandler)
+# accelerate's module logger: main process only, "[RANK 0] " first (no levels set here)
+_logger = MultiProcessAdapter(logging.getLogger(__name__), {})
 _Params = torch.Tensor | Iterable[torch.Tensor]
 
 
@@ -184,7 +187,6 @@ class Accelerator:
         # Parameters that moving a model replaced during the current prepare() call.
         self._replaced: dict[int, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
         self._shuffle_seed: int | None = None
-        self._warned_context_parallel = False
         launch_seed = env.launch_option("seed")
         if launch_seed:
             # A seed chosen at launch (argument, panel or config file) seeds every RNG, the
@@ -474,16 +476,13 @@ class Accelerator:
         buffer_seq_dims: list[int] | None = None,
         no_restore_buffers: set[torch.Tensor] | None = None,
     ) -> Iterator[None]:
-        """accelerate's context-parallel block. Context parallelism is never configured here
-        (ParallelismConfig has no ``cp_size``), so, as accelerate does without it, the block
-        runs unchanged and a warning is logged once."""
-        if not self._warned_context_parallel:
-            self._warned_context_parallel = True
-            if self.is_main_process:
-                logging.getLogger(__name__).warning(
-                    "Context parallel training is not enabled. This context manager will have "
-                    "no effect."
-                )
+        """accelerate's context-parallel block. Context parallelism is never on here
+        (ParallelismConfig's ``cp_size`` must be 1), so, as accelerate does without it, the
+        block runs unchanged and the main process logs a warning once per process."""
+        _logger.warning_once(
+            "Context parallel training is not enabled. This context manager will have no "
+            "effect (notebook_accel has no context parallelism)."
+        )
         yield
 
     @contextlib.contextmanager

@@ -259,7 +259,8 @@ def test_the_attributes_accelerate_dropped_or_never_had(caplog: pytest.LogCaptur
                 pass
     said = [r.message for r in caplog.records if "Context parallel" in r.message]
     assert said == [
-        "Context parallel training is not enabled. This context manager will have no effect."
+        "[RANK 0] Context parallel training is not enabled. This context manager will have no "
+        "effect (notebook_accel has no context parallelism)."
     ]
 
 

@@ -1,10 +1,10 @@
 """accelerate.utils's free functions with its signatures and defaults, over our own parts.
 
 The collectives are ``collectives.py``'s (accelerate's ``reduce`` averages by default, where
-``Accelerator.reduce`` sums); ``send_to_device`` moves nested data as a prepared loader's
-batches move; ``extract_model_from_parallel`` is ``Accelerator.unwrap_model`` without an
-Accelerator (the wrappers are recognised by type). Reached as ``notebook_accel.utils.gather``
-etc.
+``Accelerator.reduce`` sums, and takes ``scale`` on XLA only); ``send_to_device`` moves
+nested data as a prepared loader's batches move; ``extract_model_from_parallel`` is
+``Accelerator.unwrap_model`` without an Accelerator (the wrappers are recognised by type).
+Reached as ``notebook_accel.utils.gather`` etc.
 
 Example:
     >>> from notebook_accel.utils import reduce
@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
+from .. import env
 from . import collectives
 from . import compile as compiling
 from .precision.modes import AutocastForward
@@ -42,10 +43,17 @@ def gather(tensor: Any) -> Any:
 
 
 def reduce(
-    tensor: Any, reduction: Literal["sum", "mean", "max"] = "mean", scale: float = 1.0
+    tensor: Any, reduction: Literal["sum", "mean", "max", "none"] = "mean", scale: float = 1.0
 ) -> Any:
-    """Average (by default), sum or take the maximum of tensors across processes."""
-    return collectives.reduce(tensor, reduction, scale)
+    """Average (by default), sum or take the maximum of tensors across processes.
+
+    As accelerate's: ``"none"`` sums, and ``scale`` applies on TPUs (XLA) only (its documented
+    "only valid on XLA"; elsewhere it is ignored).
+    """
+    if reduction == "none":
+        reduction = "sum"
+    on_xla = env.launch_option("device_type") == "xla"
+    return collectives.reduce(tensor, reduction, scale if on_xla else 1.0)
 
 
 def broadcast(tensor: Any, from_process: int = 0) -> Any:

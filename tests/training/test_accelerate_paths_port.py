@@ -78,6 +78,7 @@ BODY = textwrap.dedent(
         t = torch.tensor([float(rank + 1), 2.0])
         r["gather"] = gather(t).tolist()
         r["reduce"] = (reduce(t).tolist(), reduce(t, "sum").tolist(), reduce(t, "max").tolist())
+        r["reduce_scaled"] = (reduce(t, "sum", 2.0).tolist(), reduce(t, "none").tolist())
         r["untouched"] = t.tolist()
         r["broadcast"] = broadcast({"a": t}, from_process=1)["a"].tolist()
         r["objects"] = broadcast_object_list([rank, f"r{rank}"], from_process=1)

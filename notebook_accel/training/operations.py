@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
-import torch.distributed as dist
 
 from .. import env
 from . import collectives
 from . import compile as compiling
 from .precision.modes import AutocastForward
+from .processes import PartialState
 
 __all__ = [
     "broadcast",
@@ -74,9 +74,12 @@ def pad_across_processes(
 
 
 def wait_for_everyone() -> None:
-    """Block until every process of the job reaches this call (nothing in one process)."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
+    """Block until every process of the job reaches this call (nothing in one process).
+
+    As accelerate's (``PartialState().wait_for_everyone()``): it joins the job's process
+    group if none exists yet; TPU devices driven by threads meet through torch_xla.
+    """
+    PartialState().wait_for_everyone()
 
 
 def send_to_device(

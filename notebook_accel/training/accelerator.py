@@ -362,7 +362,7 @@ class Accelerator:
             self._replaced.update(replaced)
             for opt in self._objects.optimizer:
                 _follow_parameters(opt.optimizer, replaced)
-        self.precision.wrap_forward(model)
+        self.precision.wrap_forward(model, **self._handler_kwargs(AutocastKwargs))
         if not evaluation_mode:  # inference only: device and precision, no wrapper
             model = self._strategy.prepare_model(model)
             for opt in self._objects.optimizer:  # optimizers prepared before their model

@@ -142,6 +142,24 @@ BODY = textwrap.dedent(
         r["gradient_state"] = seen
         gs = GradientState()
         r["gradient_flags"] = (gs.adjust_scheduler, gs.sync_with_dataloader, gs.initialized)
+
+        # AutocastKwargs in kwargs_handlers: a prepared model's forward follows it
+        class Probe(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(2, 2)
+
+            def forward(self, x):
+                y = self.lin(x)
+                return y, str(y.dtype)
+
+        inner = {}
+        for enabled in (True, False):
+            handlers = [AutocastKwargs(enabled=enabled)]
+            other = Accelerator(cpu=True, mixed_precision="bf16", kwargs_handlers=handlers)
+            out, seen = other.prepare(Probe())(torch.ones(1, 2))
+            inner[enabled] = (seen, str(out.dtype))
+        r["autocast_handler"] = inner
         acc.end_training()
         return r
     """
@@ -174,6 +192,10 @@ def test_the_census_names_give_accelerates_answers() -> None:
     assert first["reduce"] == ([1.5, 2.0], [3.0, 4.0], [2.0, 2.0])
     assert first["objects"] == [1, "r1"]
     assert first["autocast"] == "torch.bfloat16" and first["autocast_off"] == "torch.float32"
+    assert first["autocast_handler"] == {
+        True: ("torch.bfloat16", "torch.float32"),
+        False: ("torch.float32", "torch.float32"),
+    }
     assert first["env_in"] == ("5", "x") and first["env_out"] == (None, None)
     assert theirs[0]["rng"] == theirs[1]["rng"]
     assert theirs[0]["rng_one"] == theirs[1]["rng_one"]

@@ -79,7 +79,12 @@ class Choices:
             names=rules.ACCELERATOR,
         )
         return dataclasses.replace(
-            state, deepspeed_plugin=self.deepspeed, dynamo_plugin=self.dynamo
+            state,
+            deepspeed_plugin=self.deepspeed,
+            dynamo_plugin=self.dynamo,
+            fsdp_plugin=self.fsdp,
+            parallelism_config=self.mesh,
+            mixed_precision=self.precision,
         )
 
     def precision_for(self, state: ProcessState) -> Precision:

@@ -88,6 +88,10 @@ class ProcessState:
         deepspeed_plugin: the Accelerator's DeepSpeedPlugin (accelerate's
             ``accelerator.state.deepspeed_plugin``), else ``None``.
         dynamo_plugin: the Accelerator's TorchDynamoPlugin (``accelerator.state.dynamo_plugin``).
+        fsdp_plugin: the Accelerator's FSDP options (an ``FsdpConfig``), else ``None``
+            (accelerate's ``accelerator.state.fsdp_plugin``, which only FSDP jobs have).
+        parallelism_config: the Accelerator's ParallelismConfig, else ``None``.
+        mixed_precision: the Accelerator's precision name (``accelerator.state.mixed_precision``).
 
     Example:
         >>> state = ProcessState.from_environment(cpu=True)
@@ -105,6 +109,9 @@ class ProcessState:
     created_group: bool = False
     deepspeed_plugin: Any = None
     dynamo_plugin: Any = None
+    fsdp_plugin: Any = None
+    parallelism_config: Any = None
+    mixed_precision: str = "no"
 
     @classmethod
     def from_environment(

@@ -73,6 +73,7 @@ BODY = textwrap.dedent(
         )
         r["partial"] = (PartialState().process_index, PartialState().num_processes)
         r["flags"] = (acc.native_amp, acc.torch_device_mesh, acc.gradient_accumulation_steps)
+        r["accelerator.state"] = (acc.state.mixed_precision, acc.state.deepspeed_plugin)
         rank = acc.process_index
 
         t = torch.tensor([float(rank + 1), 2.0])

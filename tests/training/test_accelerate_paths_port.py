@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import textwrap
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -329,3 +330,15 @@ def test_the_facts_outlive_the_accelerator() -> None:
         debug_launcher(_after_the_accelerator_is_gone, num_processes=2)
         == [(True, "bf16", 2, None)] * 2
     )
+
+
+def test_logger_type_members_name_trackers(tmp_path: Path) -> None:
+    from notebook_accel import Accelerator, ConfigError
+    from notebook_accel.tracking import LoggerType
+    from notebook_accel.utils import is_tensorboard_available
+
+    if is_tensorboard_available():
+        acc = Accelerator(cpu=True, log_with=[LoggerType.TENSORBOARD], project_dir=tmp_path)
+        assert acc.log_with == ["tensorboard"]
+    with pytest.raises(ConfigError, match="comet_ml"):  # accelerate's, not built in here
+        Accelerator(cpu=True, log_with=LoggerType.COMETML)

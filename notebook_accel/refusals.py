@@ -8,14 +8,14 @@
       -> else AttributeError
 
 No name is silently missing: tests/test_surface.py lists accelerate 1.15's public names in
-each module of :data:`REFUSED` and checks each resolves here, provided or refused. Adding a
-module (``notebook_accel.hooks``) is one more key. README's "Migrating from accelerate"
-section is rendered from this table (``surface.render_migration``).
+each module of ``surface.SHIMS`` and checks each resolves here, provided or refused. Adding a
+module (``notebook_accel.hooks``) is one more key here and in ``SHIMS``. README's "Migrating
+from accelerate" section is rendered from this table (``surface.render_migration``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -319,8 +319,3 @@ def shim_attribute(namespace: dict[str, Any], exports: Mapping[str, str], name: 
     if name in exports:
         return _lazy_attribute(namespace, exports, name)
     return refused(namespace, name)
-
-
-def names(module: str) -> Iterable[str]:
-    """The names ``module`` refuses, sorted."""
-    return sorted(REFUSED.get(module, {}))

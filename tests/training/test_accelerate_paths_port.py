@@ -342,3 +342,27 @@ def test_logger_type_members_name_trackers(tmp_path: Path) -> None:
         assert acc.log_with == ["tensorboard"]
     with pytest.raises(ConfigError, match="comet_ml"):  # accelerate's, not built in here
         Accelerator(cpu=True, log_with=LoggerType.COMETML)
+
+
+SEED_AND_BARS = textwrap.dedent(
+    """
+    import torch
+    from accelerate.utils import set_seed, tqdm
+
+    def main():
+        set_seed(3, deterministic=True)
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(False)
+        every_rank = sum(tqdm(range(4), main_process_only=False))
+        main_only = sum(tqdm(range(4), desc="main"))
+        return deterministic, every_rank, main_only, torch.rand(2).tolist()
+    """
+)
+
+
+def test_set_seed_deterministic_and_tqdm_main_process_only() -> None:
+    pytest.importorskip("accelerate")
+    theirs = debug_launcher(_run, args=(SEED_AND_BARS,), num_processes=2)
+    ours = debug_launcher(_run, args=(_ours(SEED_AND_BARS),), num_processes=2)
+    assert ours == theirs
+    assert theirs[0][:3] == (True, 6, 6)

@@ -151,7 +151,7 @@ SIGNATURES = [
         "synchronize_rng_states synchronize_rng_state extract_model_from_parallel "
         "merge_fsdp_weights is_bf16_available is_torch_xla_available is_rich_available "
         "write_basic_config str_to_bool parse_flag_from_env parse_choice_from_env "
-        "get_int_from_env LoggerType PrecisionType RNGType set_seed"
+        "get_int_from_env LoggerType PrecisionType RNGType set_seed gather_object"
     ).split()
 ] + [
     ("accelerate.utils.memory", "clear_device_cache"),

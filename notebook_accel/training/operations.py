@@ -30,6 +30,7 @@ __all__ = [
     "broadcast_object_list",
     "extract_model_from_parallel",
     "gather",
+    "gather_object",
     "pad_across_processes",
     "reduce",
     "send_to_device",
@@ -40,6 +41,17 @@ __all__ = [
 def gather(tensor: Any) -> Any:
     """Every process's tensors, concatenated along the first dimension (nested data too)."""
     return collectives.gather(tensor)
+
+
+def gather_object(object: Any) -> Any:  # accelerate's parameter name
+    """Every process's picklable ``object``, as accelerate's: in one process the object
+    itself; else each rank's object iterated, in rank order, into one list (lists are
+    concatenated; a dict gives its keys). ``Accelerator.gather_for_metrics`` uses
+    :func:`collectives.gather_object`, which keeps non-list objects whole."""
+    if PartialState().num_processes == 1:
+        return object
+    per_rank = collectives.gather_object([object])
+    return [item for part in per_rank for item in part]
 
 
 def reduce(

@@ -49,7 +49,8 @@ _MORE = {
     "is_pandas_available is_peft_available is_pynvml_available is_pytest_available "
     "is_swanlab_available is_timm_available is_torch_xla_available is_torchdata_available "
     "is_torchvision_available is_trackio_available is_triton_available",
-    "notebook_accel.training.operations": "broadcast broadcast_object_list gather reduce "
+    "notebook_accel.training.operations": "broadcast broadcast_object_list gather "
+    "gather_object reduce "
     "pad_across_processes send_to_device wait_for_everyone extract_model_from_parallel",
     "notebook_accel.training.memory": "clear_device_cache should_reduce_batch_size",
     "notebook_accel.training.handlers": "GradientAccumulationPlugin",

@@ -41,6 +41,7 @@ BODY = textwrap.dedent(
         broadcast_object_list,
         extract_model_from_parallel,
         gather,
+        gather_object,
         is_bf16_available,
         is_rich_available,
         is_torch_xla_available,
@@ -84,6 +85,7 @@ BODY = textwrap.dedent(
         r["untouched"] = t.tolist()
         r["broadcast"] = broadcast({"a": t}, from_process=1)["a"].tolist()
         r["objects"] = broadcast_object_list([rank, f"r{rank}"], from_process=1)
+        r["gathered"] = (gather_object([rank, "a"]), gather_object({"k": rank}))
         r["pad"] = pad_across_processes(torch.ones(rank + 1), pad_index=-1).tolist()
         wide = torch.ones(2, rank + 1)
         r["pad_first"] = pad_across_processes(wide, dim=1, pad_first=True).tolist()
@@ -193,6 +195,7 @@ def test_the_census_names_give_accelerates_answers() -> None:
     assert first["flags"] == (True, None, 2)
     assert first["reduce"] == ([1.5, 2.0], [3.0, 4.0], [2.0, 2.0])
     assert first["objects"] == [1, "r1"]
+    assert first["gathered"] == ([0, "a", 1, "a"], ["k", "k"])
     assert first["autocast"] == "torch.bfloat16" and first["autocast_off"] == "torch.float32"
     assert first["autocast_handler"] == {
         True: ("torch.bfloat16", "torch.float32"),

@@ -78,4 +78,6 @@ def test_the_collectives_in_one_process_as_accelerates() -> None:
         want = getattr(theirs, name)(data, *args)
         assert _shape(ours) == _shape(want), name
     assert operations.broadcast_object_list([1, "a"]) == theirs.broadcast_object_list([1, "a"])
+    for value in ([1, 2], "x", (3,)):
+        assert operations.gather_object(object=value) == theirs.gather_object(object=value)
     operations.wait_for_everyone()

@@ -806,10 +806,15 @@ class Accelerator:
         """
         if not self.is_main_process:
             return
-        for wanted in self.log_with:
-            tracker = tracking.make(wanted, project_name, self.logging_dir, init_kwargs or {})
-            self.trackers.append(tracker)
-            if config is not None:
+        made = [
+            tracking.make(wanted, project_name, self.logging_dir, init_kwargs or {})
+            for wanted in self.log_with
+        ]
+        self.trackers.extend(made)
+        for tracker in made:  # as accelerate: every tracker started, then the config stored
+            tracker.start()
+        if config is not None:
+            for tracker in made:
                 tracker.store_init_configuration(config)
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:

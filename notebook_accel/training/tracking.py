@@ -96,6 +96,11 @@ class GeneralTracker:
         """The library's own object (a ``SummaryWriter``, a W&B run, ...)."""
         return None
 
+    def start(self) -> None:
+        """Start the run: ``init_trackers`` calls it on every tracker, before the config is
+        stored (accelerate's order; a tracker of your own may open its run here, as
+        accelerate's docs suggest). The built-in trackers start when made."""
+
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         """Record the run's hyperparameters."""
 

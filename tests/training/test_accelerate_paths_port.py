@@ -369,3 +369,48 @@ def test_set_seed_deterministic_and_tqdm_main_process_only() -> None:
     ours = debug_launcher(_run, args=(_ours(SEED_AND_BARS),), num_processes=2)
     assert ours == theirs
     assert theirs[0][:3] == (True, 6, 6)
+
+
+CUSTOM_TRACKER = textwrap.dedent(
+    """
+    from accelerate import Accelerator
+    from accelerate.tracking import GeneralTracker
+
+    class Recorder(GeneralTracker):
+        name = "recorder"
+        requires_logging_directory = False
+
+        def __init__(self):
+            super().__init__()
+            self.events = []
+
+        @property
+        def tracker(self):
+            return self.events
+
+        def start(self):
+            self.events.append("start")
+
+        def store_init_configuration(self, values):
+            self.events.append(("config", values))
+
+        def log(self, values, step=None, **kwargs):
+            self.events.append(("log", values, step))
+
+    def main():
+        recorder = Recorder()
+        acc = Accelerator(cpu=True, log_with=[recorder])
+        acc.init_trackers("project", config={"lr": 0.5})
+        acc.log({"loss": 1.5}, step=2)
+        return recorder.events, acc.get_tracker("recorder", unwrap=True) is recorder.events
+    """
+)
+
+
+def test_a_tracker_of_ones_own_is_started_as_accelerates() -> None:
+    """accelerate's init_trackers calls start() on every tracker, then stores the config."""
+    pytest.importorskip("accelerate")
+    theirs = debug_launcher(_run, args=(CUSTOM_TRACKER,), num_processes=1)
+    ours = debug_launcher(_run, args=(_ours(CUSTOM_TRACKER),), num_processes=1)
+    assert ours == theirs
+    assert theirs[0] == (["start", ("config", {"lr": 0.5}), ("log", {"loss": 1.5}, 2)], True)

@@ -210,7 +210,9 @@ class Accelerator:
     is_last_process = property(
         lambda self: self.state.rank == self.state.world_size - 1, doc="The highest rank."
     )
-    distributed_type = property(lambda self: self.state.distributed_type, doc="NO/MULTI_CPU/...")
+    distributed_type = property(
+        lambda self: self._strategy.distributed_type, doc="NO/MULTI_CPU/.../FSDP/DEEPSPEED."
+    )
     use_distributed = property(lambda self: self.state.world_size > 1, doc="More than 1 rank.")
     mixed_precision = property(
         lambda self: self.precision.name, doc="'no', 'fp16', 'bf16' or 'fp8'."

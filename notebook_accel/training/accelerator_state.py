@@ -23,8 +23,8 @@ from typing import Any
 
 from .handlers import GradientAccumulationPlugin
 from .processes import PartialState
+from .state import DistributedType, ProcessState
 from .state import GradientState as _Record
-from .state import ProcessState
 
 __all__ = ["AcceleratorState", "GradientState", "is_initialized", "register"]
 
@@ -34,6 +34,7 @@ class _Facts:
     """What an Accelerator fixed at construction, kept for AcceleratorState()."""
 
     state: ProcessState
+    distributed_type: DistributedType
     mixed_precision: str
     deepspeed_plugin: Any
     fsdp_plugin: Any
@@ -51,6 +52,7 @@ def register(accelerator: Any) -> None:
     global _latest
     _latest = _Facts(
         state=accelerator.state,
+        distributed_type=accelerator.distributed_type,
         mixed_precision=accelerator.mixed_precision,
         deepspeed_plugin=accelerator.deepspeed_plugin,
         fsdp_plugin=accelerator.fsdp_plugin,
@@ -113,6 +115,11 @@ class AcceleratorState(PartialState):
     def mixed_precision(self) -> str:
         """``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``."""
         return self._facts.mixed_precision
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """The Accelerator's: FSDP or DEEPSPEED under those strategies, as accelerate's."""
+        return self._facts.distributed_type
 
     @property
     def deepspeed_plugin(self) -> Any:

@@ -31,6 +31,11 @@ __all__ = ["DistributedType", "ProcessState", "GradientState"]
 class DistributedType(enum.StrEnum):
     """How the job is distributed; compares equal to accelerate's names (``"MULTI_CPU"``...).
 
+    A process's state is NO, MULTI_CPU, MULTI_GPU or XLA; an Accelerator's
+    ``distributed_type`` is FSDP or DEEPSPEED under those strategies, as accelerate's. The
+    other members are accelerate's, so that scripts comparing with them run (nothing here is
+    ever of those kinds).
+
     Example:
         >>> DistributedType.MULTI_CPU == "MULTI_CPU"
         True
@@ -40,6 +45,16 @@ class DistributedType(enum.StrEnum):
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
     XLA = "XLA"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    MEGATRON_LM = "MEGATRON_LM"
+    MULTI_XPU = "MULTI_XPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
 
 # One table instead of a ladder: device type -> (default backend, distributed type when world>1).

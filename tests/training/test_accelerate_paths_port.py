@@ -239,20 +239,25 @@ def test_an_accelerator_state_without_an_accelerator_is_refused() -> None:
 
 def _meshes() -> list[Any]:
     from notebook_accel import Accelerator, ParallelismConfig
+    from notebook_accel.state import AcceleratorState
 
     out = []
     for config in (ParallelismConfig(tp_size=2), ParallelismConfig(dp_shard_size=2)):
-        mesh = Accelerator(cpu=True, parallelism_config=config).torch_device_mesh
-        out.append((type(mesh).__name__, mesh.mesh_dim_names, tuple(mesh.shape)))
+        acc = Accelerator(cpu=True, parallelism_config=config)
+        mesh = acc.torch_device_mesh
+        kinds = (acc.distributed_type.value, AcceleratorState().distributed_type.value)
+        out.append((type(mesh).__name__, mesh.mesh_dim_names, tuple(mesh.shape), kinds))
+    out.append(Accelerator(cpu=True, fsdp="full").distributed_type.value)
     return out
 
 
-def test_torch_device_mesh_is_the_parallelism_configs() -> None:
+def test_torch_device_mesh_and_distributed_type_follow_the_strategy() -> None:
     meshes = debug_launcher(_meshes, num_processes=2)
     assert meshes[0] == meshes[1]
-    tp, fsdp = meshes[0]
-    assert tp == ("DeviceMesh", ("dp_shard", "tp"), (1, 2))
-    assert fsdp == ("DeviceMesh", ("shard",), (2,))
+    tp, fsdp, plain_fsdp = meshes[0]
+    assert tp == ("DeviceMesh", ("dp_shard", "tp"), (1, 2), ("MULTI_CPU", "MULTI_CPU"))
+    assert fsdp == ("DeviceMesh", ("shard",), (2,), ("FSDP", "FSDP"))
+    assert plain_fsdp == "FSDP"
 
 
 def test_a_plugin_other_than_accelerates_defaults_is_refused() -> None:

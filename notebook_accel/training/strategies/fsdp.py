@@ -18,7 +18,7 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 
 from ...options.fsdp import FsdpConfig
-from ..state import ProcessState
+from ..state import DistributedType, ProcessState
 from . import sharder as fsdp2
 from .base import Strategy
 
@@ -55,6 +55,11 @@ class FsdpStrategy(Strategy):
     def shards_parameters(self) -> bool:
         """True: each rank holds a shard of every parameter."""
         return True
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """FSDP, as accelerate's Accelerator reports it."""
+        return DistributedType.FSDP
 
     @property
     def device_mesh(self) -> DeviceMesh:

@@ -57,6 +57,9 @@ _EXPORTS = {
     "DataLoaderConfiguration": "notebook_accel.training.data.config",
     "skip_first_batches": "notebook_accel.training.data.loader",
     "AORecipeKwargs": "notebook_accel.training.precision.fp8",
+    "AutocastKwargs": "notebook_accel.training.handlers",
+    "synchronize_rng_states": "notebook_accel.training.data.rng",
+    "is_rich_available": "notebook_accel.hardware.available",
     "NotebookAccelError": "notebook_accel.errors",
     "ConfigError": "notebook_accel.errors",
     "PayloadError": "notebook_accel.errors",
@@ -90,8 +93,9 @@ def load_ipython_extension(ipython: Any) -> None:
 
 def _lazy_attribute(namespace: dict[str, Any], exports: Mapping[str, str], name: str) -> Any:
     """PEP 562's ``__getattr__`` for a module whose names load from their modules on first
-    use (this package, ``utils``, ``logging``, ``local_sgd``): ``exports`` maps each name to
-    its module; the value is kept in ``namespace`` (the module's globals) from then on."""
+    use (this package and its accelerate-named modules: ``utils``, ``state``, ...):
+    ``exports`` maps each name to its module; the value is kept in ``namespace`` (the
+    module's globals) from then on."""
     module = exports.get(name)
     if module is None:
         raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
@@ -101,6 +105,9 @@ def _lazy_attribute(namespace: dict[str, Any], exports: Mapping[str, str], name:
 
 
 def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS and not name.startswith("__"):
+        # accelerate's names not provided: a placeholder that says why (refusals.py)
+        return importlib.import_module("notebook_accel.refusals").refused(globals(), name)
     value = _lazy_attribute(globals(), _EXPORTS, name)
     if name in _WARMS_UP:
         importlib.import_module("notebook_accel.launch").warm_up_early()

@@ -7,6 +7,7 @@ write the same JSON file (``env.config_file()``).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import os
 import tempfile
@@ -24,6 +25,8 @@ __all__ = [
     "MixedPrecision",
     "OutputMode",
     "LaunchConfig",
+    "PrecisionType",
+    "write_basic_config",
     "load_file",
     "save_file",
     "reset_file",
@@ -31,6 +34,17 @@ __all__ = [
 
 Hardware = Literal["auto", "cpu", "cuda", "tpu", "mps"]
 MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
+
+
+class PrecisionType(enum.StrEnum):
+    """accelerate's names of the mixed precisions (members compare equal to the strings)."""
+
+    NO = "no"
+    FP8 = "fp8"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
 OutputMode = Literal["all", "main", "none"]
 StartMethod = Literal["auto", "forkserver", "spawn"]
 PlacementStrategy = Literal["PACK", "SPREAD"]
@@ -328,3 +342,39 @@ def reset_file(path: Path | None = None) -> Path:
     path = path or env.config_file()
     path.unlink(missing_ok=True)
     return path
+
+
+def write_basic_config(
+    mixed_precision: str = "no", save_location: str | os.PathLike[str] | None = None
+) -> Path | bool:
+    """accelerate's ``write_basic_config``: a config file with ``mixed_precision`` and the
+    built-in defaults for everything else (every GPU of this machine, else the CPU).
+
+    At the default location (``env.config_file()``) every later launch reads it: a
+    ``notebook_launcher`` argument that is not given takes the file's value. At another
+    ``save_location``, ``notebook-accel launch --config_file PATH`` reads it. As accelerate's,
+    it leaves an existing file alone (prints a line and returns False).
+
+    Args:
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` (any case).
+        save_location: where to write; None for the default location.
+
+    Returns:
+        The path written, or False when a file was there already.
+
+    Example:
+        >>> from notebook_accel.utils import write_basic_config
+        >>> write_basic_config(mixed_precision="bf16")  # doctest: +SKIP
+        PosixPath('/home/me/.config/notebook_accel/config.json')
+    """
+    path = Path(save_location) if save_location is not None else env.config_file()
+    if path.exists():
+        print(
+            f"Configuration already exists at {path}, will not override. Run "
+            "`notebook-accel config` or pass a different `save_location`."
+        )
+        return False
+    precision = str(mixed_precision).lower()
+    if precision not in get_args(MixedPrecision):
+        raise ConfigError("mixed_precision", mixed_precision, f"one of {_choices(MixedPrecision)}")
+    return save_file(LaunchConfig(mixed_precision=precision), path)  # type: ignore[arg-type]

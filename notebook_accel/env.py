@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "WorkerEnv",
@@ -36,6 +37,11 @@ __all__ = [
     "get",
     "set_var",
     "overridden",
+    "patch_environment",
+    "str_to_bool",
+    "parse_flag_from_env",
+    "parse_choice_from_env",
+    "get_int_from_env",
     "config_file",
     "secret_file",
     "SECRET_VARIABLE",
@@ -249,6 +255,62 @@ def overridden(values: Mapping[str, str | None]) -> Iterator[None]:
     finally:
         for key, value in old.items():
             set_var(key, value)
+
+
+@contextmanager
+def patch_environment(**kwargs: Any) -> Iterator[None]:
+    """accelerate's ``patch_environment``: each keyword, upper-cased, set to ``str(value)``
+    for the block, then the old value back (or the variable removed).
+
+    Example:
+        >>> with patch_environment(my_flag=1):
+        ...     get("MY_FLAG")
+        '1'
+        >>> get("MY_FLAG") is None
+        True
+    """
+    with overridden({key.upper(): str(value) for key, value in kwargs.items()}):
+        yield
+
+
+# -- accelerate's environment helpers (accelerate.utils' names) ---------------------------
+_TRUE = ("y", "yes", "t", "true", "on", "1")
+_FALSE = ("n", "no", "f", "false", "off", "0")
+
+
+def str_to_bool(value: str, to_bool: bool = False) -> int | bool:
+    """accelerate's ``str_to_bool``: 1 for y/yes/t/true/on/1, 0 for n/no/f/false/off/0 (any
+    case; ``True``/``False`` with ``to_bool``); ValueError for anything else.
+
+    Example:
+        >>> str_to_bool("Yes"), str_to_bool("off", to_bool=True)
+        (1, False)
+    """
+    lowered = value.lower()
+    if lowered in _TRUE:
+        return True if to_bool else 1
+    if lowered in _FALSE:
+        return False if to_bool else 0
+    raise ValueError(f"invalid truth value {value}")
+
+
+def parse_flag_from_env(key: str, default: bool = False) -> bool:
+    """Whether variable ``key`` says true (``str_to_bool``'s words); ``default`` when unset."""
+    return str_to_bool(os.environ.get(key, str(default))) == 1
+
+
+def parse_choice_from_env(key: str, default: str = "no") -> str:
+    """Variable ``key``'s value, ``default`` when unset."""
+    return os.environ.get(key, str(default))
+
+
+def get_int_from_env(env_keys: Iterable[str], default: int) -> int:
+    """The first of ``env_keys`` that holds an int >= 0, else ``default``."""
+    for key in env_keys:
+        value = int(os.environ.get(key, -1))
+        if value >= 0:
+            return value
+    return default
 
 
 def config_file() -> Path:

@@ -8,7 +8,8 @@ expects Python's or torch's own: AttributeError (a module's lazy names, a wrappe
 attribute), TypeError and RuntimeError (an Accelerator method called as torch's would refuse
 it, an unpicklable return value, find_executable_batch_size), ValueError and RuntimeError
 between the package's own processes (a malformed message, a store's reply, torch's own
-re-rendezvous refusal), NameError (a name a session's workers lack), NotImplementedError
+re-rendezvous refusal), ValueError (AcceleratorState() before any Accelerator, as
+accelerate's), NameError (a name a session's workers lack), NotImplementedError
 (LocalSGD under a sharding strategy), TimeoutError (Job.result, a key that never came).
 
 ``UserFrames`` is how an entry point (notebook_launcher, a session's run, ...) raises what it
@@ -240,6 +241,23 @@ class CheckpointError(NotebookAccelError, RuntimeError):
         self.path = str(path)
         self.detail = detail
         super().__init__(f"checkpoint {self.path}: {detail}")
+
+
+class NotProvidedError(NotebookAccelError, NotImplementedError):
+    """An accelerate name that notebook_accel keeps importable but does not provide was used
+    (refusals.py lists each with its reason).
+
+    Attributes:
+        name: where the user reached it, e.g. ``"notebook_accel.utils.MegatronLMPlugin"``.
+        reason: why it is not provided.
+        instead: what to use instead.
+    """
+
+    def __init__(self, name: str, reason: str, instead: str) -> None:
+        self.name = name
+        self.reason = reason
+        self.instead = instead
+        super().__init__(f"{name} is not provided by notebook_accel: {reason}. Use {instead}.")
 
 
 def meant(exc: BaseException, kinds: tuple[type[BaseException], ...] = ()) -> bool:

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _lazy_attribute
+from .refusals import shim_attribute
 
 # name -> module; __all__ is built from it (a literal __all__ would name what only
 # __getattr__ defines)
-_EXPORTS = {"LocalSGD": "notebook_accel.training.local_sgd"}
+_EXPORTS = {
+    "LocalSGD": "notebook_accel.training.local_sgd",
+    # accelerate's imports there, kept for code that takes them from this module
+    "Accelerator": "notebook_accel.training.accelerator",
+    "DistributedType": "notebook_accel.training.state",
+}
 __all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    return _lazy_attribute(globals(), _EXPORTS, name)
+    return shim_attribute(globals(), _EXPORTS, name)
 
 
 def __dir__() -> list[str]:

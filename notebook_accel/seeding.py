@@ -16,13 +16,15 @@ import torch
 __all__ = ["set_seed", "fresh_seeds"]
 
 
-def set_seed(seed: int, device_specific: bool = False) -> None:
+def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
     """Seed python's ``random``, numpy and torch (every CUDA device too).
 
     Args:
         seed: the seed.
         device_specific: add the process index to ``seed`` so every rank draws differently
             (dropout masks, augmentations), while the run stays reproducible.
+        deterministic: also make torch use deterministic algorithms
+            (``torch.use_deterministic_algorithms(True)``, as accelerate's).
 
     Example:
         >>> from notebook_accel import set_seed
@@ -37,6 +39,8 @@ def set_seed(seed: int, device_specific: bool = False) -> None:
     # numpy only takes 32-bit seeds.
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device, lazily
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
 
 
 def fresh_seeds() -> None:

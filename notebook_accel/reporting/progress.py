@@ -86,6 +86,7 @@ class tqdm(_auto_tqdm):  # noqa: N801  (tqdm's own name)
         iterable: what to iterate over (optional with manual ``update()``).
         *args: tqdm's positional arguments (``desc``, ``total``, ...).
         all_ranks: in a launch, draw a bar for every rank, not only rank 0.
+        main_process_only: accelerate's spelling: ``False`` is ``all_ranks=True``.
         **kwargs: tqdm's keyword arguments.
 
     Example:
@@ -105,8 +106,10 @@ class tqdm(_auto_tqdm):  # noqa: N801  (tqdm's own name)
         iterable: Iterable[Any] | None = None,
         *args: Any,
         all_ranks: bool = False,
+        main_process_only: bool = True,
         **kwargs: Any,
     ) -> None:
+        all_ranks = all_ranks or not main_process_only
         sender = _channel
         self._sender: Sender | None = None
         if sender is None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ from ..options.fsdp import FsdpConfig
 from ..options.parallelism import ParallelismConfig
 from ..reporting import live
 from ..seeding import set_seed
-from . import collectives, tracking
+from . import accelerator_state, collectives, tracking
 from . import compile as compiling
 from .checkpoint import files as checkpoint_files
 from .checkpoint import folder as checkpoint
@@ -42,8 +44,11 @@ from .data.loader import DataLoaderShard, skip_first_batches
 from .data.rng import synchronize_rng_states
 from .data.sharding import shard_data_loader
 from .handlers import (
+    AutocastKwargs,
+    GradientAccumulationPlugin,
     KwargsHandler,
 )
+from .logs import MultiProcessAdapter
 from .memory import release_memory
 from .precision.modes import AutocastForward, MixedPrecision
 from .precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
@@ -57,6 +62,8 @@ __all__ = ["Accelerator", "DistributedType"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound=KwargsHandler)
+# accelerate's module logger: main process only, "[RANK 0] " first (no levels set here)
+_logger = MultiProcessAdapter(logging.getLogger(__name__), {})
 _Params = torch.Tensor | Iterable[torch.Tensor]
 
 
@@ -112,6 +119,9 @@ class Accelerator:
         dynamo_plugin: a :class:`~notebook_accel.TorchDynamoPlugin` (mode, fullgraph,
             dynamic, options, regional compilation). Models are compiled after their DDP
             wrapper, as accelerate does; DDP and single-process training only.
+        gradient_accumulation_plugin: accelerate's carrier of the accumulation steps
+            (``GradientAccumulationPlugin(num_steps=...)``); not with
+            ``gradient_accumulation_steps``.
 
     Example:
         >>> accelerator = Accelerator()
@@ -145,6 +155,7 @@ class Accelerator:
         parallelism_config: ParallelismConfig | None = None,
         dynamo_backend: DynamoBackend | str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
     ) -> None:
         # Every option settled (and refused) before joining a process group, and the parts
         # built from them (training/choices.py: the launcher's defaults, accelerate's other
@@ -157,6 +168,7 @@ class Accelerator:
         self.step_scheduler_with_optimizer = choices.step_scheduler_with_optimizer
         self.rng_types = choices.rng_types
         self.deepspeed_plugin, self.dynamo_plugin = choices.deepspeed, choices.dynamo
+        self.fsdp_plugin, self.parallelism_config = choices.fsdp, choices.mesh
         self.ddp_kwargs = choices.ddp_kwargs
         self.device_placement = device_placement
         self.state = choices.process_state(cpu)  # the job's size checked against the options
@@ -184,6 +196,7 @@ class Accelerator:
         self.trackers: list[tracking.GeneralTracker] = []
         self._live = live.relay() if self.state.is_main_process else None
         live.count_steps(lambda: self.step)
+        accelerator_state.register(self)  # AcceleratorState(), state.is_initialized()
 
     # ---- process facts -------------------------------------------------------------------
     device = property(lambda self: self.state.device, doc="The device this process uses.")
@@ -197,7 +210,9 @@ class Accelerator:
     is_last_process = property(
         lambda self: self.state.rank == self.state.world_size - 1, doc="The highest rank."
     )
-    distributed_type = property(lambda self: self.state.distributed_type, doc="NO/MULTI_CPU/...")
+    distributed_type = property(
+        lambda self: self._strategy.distributed_type, doc="NO/MULTI_CPU/.../FSDP/DEEPSPEED."
+    )
     use_distributed = property(lambda self: self.state.world_size > 1, doc="More than 1 rank.")
     mixed_precision = property(
         lambda self: self.precision.name, doc="'no', 'fp16', 'bf16' or 'fp8'."
@@ -349,7 +364,7 @@ class Accelerator:
             self._replaced.update(replaced)
             for opt in self._objects.optimizer:
                 _follow_parameters(opt.optimizer, replaced)
-        self.precision.wrap_forward(model)
+        self.precision.wrap_forward(model, **self._handler_kwargs(AutocastKwargs))
         if not evaluation_mode:  # inference only: device and precision, no wrapper
             model = self._strategy.prepare_model(model)
             for opt in self._objects.optimizer:  # optimizers prepared before their model
@@ -416,9 +431,61 @@ class Accelerator:
             loss = loss / self.gradient_state.accumulation_steps
         self._strategy.backward(loss, self.precision, **kwargs)
 
-    def autocast(self) -> contextlib.AbstractContextManager[None]:
-        """The mixed precision context (prepared models already run in it)."""
-        return self.precision.autocast()
+    def autocast(
+        self, autocast_handler: AutocastKwargs | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """The mixed precision context (prepared models already run in it).
+
+        ``autocast_handler`` (else the ``AutocastKwargs`` of ``kwargs_handlers``) passes its
+        options to ``torch.autocast``: ``AutocastKwargs(enabled=False)`` runs the block in
+        full precision.
+        """
+        handler = autocast_handler or self._handler(AutocastKwargs)
+        options = handler.to_kwargs() if handler is not None else {}
+        return self.precision.autocast(**options)
+
+    @property
+    def native_amp(self) -> bool:
+        """Whether torch's autocast runs the mixed precision (accelerate's flag): fp16 and
+        bf16 without DeepSpeed (which keeps its own half-precision weights), and fp8."""
+        name = self.precision.name
+        return name == "fp8" or (name in ("fp16", "bf16") and self.deepspeed_plugin is None)
+
+    @property
+    def use_fp16(self) -> bool:
+        """Deprecated in accelerate (removed before 1.0): ``mixed_precision != "no"``."""
+        warnings.warn(
+            "Accelerator.use_fp16 is deprecated, as in accelerate; use "
+            "accelerator.mixed_precision != 'no' (or == 'fp16').",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.mixed_precision != "no"
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        """The ``DeviceMesh`` of a ``parallelism_config`` (as accelerate's: None without one).
+
+        A collective the first time on a job's ranks (before ``prepare``): read it on every
+        rank.
+        """
+        return None if self.parallelism_config is None else self._strategy.device_mesh
+
+    @contextlib.contextmanager
+    def maybe_context_parallel(
+        self,
+        buffers: list[torch.Tensor] | None = None,
+        buffer_seq_dims: list[int] | None = None,
+        no_restore_buffers: set[torch.Tensor] | None = None,
+    ) -> Iterator[None]:
+        """accelerate's context-parallel block. Context parallelism is never on here
+        (ParallelismConfig's ``cp_size`` must be 1), so, as accelerate does without it, the
+        block runs unchanged and the main process logs a warning once per process."""
+        _logger.warning_once(
+            "Context parallel training is not enabled. This context manager will have no "
+            "effect (notebook_accel has no context parallelism)."
+        )
+        yield
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
@@ -741,10 +808,15 @@ class Accelerator:
         """
         if not self.is_main_process:
             return
-        for wanted in self.log_with:
-            tracker = tracking.make(wanted, project_name, self.logging_dir, init_kwargs or {})
-            self.trackers.append(tracker)
-            if config is not None:
+        made = [
+            tracking.make(wanted, project_name, self.logging_dir, init_kwargs or {})
+            for wanted in self.log_with
+        ]
+        self.trackers.extend(made)
+        for tracker in made:  # as accelerate: every tracker started, then the config stored
+            tracker.start()
+        if config is not None:
+            for tracker in made:
                 tracker.store_init_configuration(config)
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:

@@ -35,6 +35,7 @@ from .data.config import DataLoaderConfiguration
 from .data.rng import RNG_TYPES
 from .handlers import (
     DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
@@ -78,7 +79,12 @@ class Choices:
             names=rules.ACCELERATOR,
         )
         return dataclasses.replace(
-            state, deepspeed_plugin=self.deepspeed, dynamo_plugin=self.dynamo
+            state,
+            deepspeed_plugin=self.deepspeed,
+            dynamo_plugin=self.dynamo,
+            fsdp_plugin=self.fsdp,
+            parallelism_config=self.mesh,
+            mixed_precision=self.precision,
         )
 
     def precision_for(self, state: ProcessState) -> Precision:
@@ -124,6 +130,7 @@ def settle(
     *,
     mixed_precision: object,
     gradient_accumulation_steps: int | None,
+    gradient_accumulation_plugin: object,
     fsdp: object,
     fsdp_plugin: object,
     deepspeed_plugin: object,
@@ -153,6 +160,9 @@ def settle(
     fsdp_config = FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
     plugin = _deepspeed_plugin(deepspeed_plugin)
     mesh = _mesh(parallelism_config)
+    gradient_accumulation_steps = _accumulation_plugin(
+        gradient_accumulation_plugin, gradient_accumulation_steps
+    )
     if gradient_accumulation_steps is None and plugin is not None:
         gradient_accumulation_steps = plugin.accumulation_steps
     steps = accumulation_steps(gradient_accumulation_steps)
@@ -192,6 +202,32 @@ def settle(
         handlers=handlers,
         ddp_kwargs=ddp,
     )
+
+
+def _accumulation_plugin(plugin: object, steps: int | None) -> int | None:
+    """accelerate's ``gradient_accumulation_plugin``: its ``num_steps``, alone, with the
+    behaviour this Accelerator has (accelerate's defaults for the other fields)."""
+    if plugin is None:
+        return steps
+    if not isinstance(plugin, GradientAccumulationPlugin):
+        raise ConfigError(
+            "gradient_accumulation_plugin", plugin, "a GradientAccumulationPlugin or None"
+        )
+    if steps is not None:
+        raise ConfigError(
+            "gradient_accumulation_steps",
+            steps,
+            "None when gradient_accumulation_plugin is given (set num_steps there)",
+        )
+    defaults = GradientAccumulationPlugin()
+    for name in ("adjust_scheduler", "sync_with_dataloader", "sync_each_batch"):
+        if getattr(plugin, name) != getattr(defaults, name):
+            raise ConfigError(
+                f"GradientAccumulationPlugin({name}=...)",
+                getattr(plugin, name),
+                f"{getattr(defaults, name)!r} (the only behaviour notebook_accel has)",
+            )
+    return plugin.num_steps
 
 
 def accumulation_steps(value: int | None) -> int:

@@ -5,9 +5,11 @@ handler is a dataclass; :meth:`KwargsHandler.to_kwargs` returns only the fields 
 (those that differ from the defaults), so the component's own defaults stay in force.
 
 Handlers here: ``DistributedDataParallelKwargs`` (DDP's options and communication hook),
-``GradScalerKwargs`` (fp16's GradScaler) and ``InitProcessGroupKwargs`` (the process group the
-Accelerator creates). A new kind is a ``@dataclass`` subclass of :class:`KwargsHandler` that
-the component reads with ``Accelerator._handler(Kind)``.
+``GradScalerKwargs`` (fp16's GradScaler), ``InitProcessGroupKwargs`` (the process group the
+Accelerator creates), ``AutocastKwargs`` (Accelerator.autocast) and
+``GradientAccumulationPlugin`` (accelerate's carrier of the accumulation steps). A new kind
+is a ``@dataclass`` subclass of :class:`KwargsHandler` that the component reads with
+``Accelerator._handler(Kind)``.
 
 Example:
     >>> from datetime import timedelta
@@ -27,6 +29,8 @@ from typing import Any, TypeVar
 from ..errors import ConfigError
 
 __all__ = [
+    "AutocastKwargs",
+    "GradientAccumulationPlugin",
     "KwargsHandler",
     "collect",
     "DDPCommunicationHookType",
@@ -203,3 +207,40 @@ class InitProcessGroupKwargs(KwargsHandler):
                 self.timeout,
                 "a datetime.timedelta, e.g. timedelta(minutes=30), or None",
             )
+
+
+@dataclasses.dataclass
+class AutocastKwargs(KwargsHandler):
+    """Options for ``torch.autocast`` in :meth:`Accelerator.autocast`.
+
+    Given to ``accelerator.autocast(autocast_handler=...)`` (or in ``kwargs_handlers``, the
+    default for that call): ``enabled=False`` runs the block in full precision inside a
+    mixed-precision forward, as accelerate's does.
+
+    Example:
+        >>> AutocastKwargs(enabled=False).to_kwargs()
+        {'enabled': False}
+    """
+
+    enabled: bool = True
+    cache_enabled: bool | None = None
+
+
+@dataclasses.dataclass
+class GradientAccumulationPlugin(KwargsHandler):
+    """accelerate's ``Accelerator(gradient_accumulation_plugin=...)``: the accumulation steps.
+
+    ``num_steps`` is ``gradient_accumulation_steps``; the scheduler follows the optimizer's
+    real steps and a loader's last batch ends a cycle (accelerate's defaults, the only
+    behaviour here: other values of ``adjust_scheduler``, ``sync_with_dataloader`` or
+    ``sync_each_batch`` are refused by the Accelerator).
+
+    Example:
+        >>> GradientAccumulationPlugin(num_steps=4).num_steps
+        4
+    """
+
+    num_steps: int | None = None
+    adjust_scheduler: bool = True
+    sync_with_dataloader: bool = True
+    sync_each_batch: bool = False

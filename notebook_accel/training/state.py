@@ -31,6 +31,11 @@ __all__ = ["DistributedType", "ProcessState", "GradientState"]
 class DistributedType(enum.StrEnum):
     """How the job is distributed; compares equal to accelerate's names (``"MULTI_CPU"``...).
 
+    A process's state is NO, MULTI_CPU, MULTI_GPU or XLA; an Accelerator's
+    ``distributed_type`` is FSDP or DEEPSPEED under those strategies, as accelerate's. The
+    other members are accelerate's, so that scripts comparing with them run (nothing here is
+    ever of those kinds).
+
     Example:
         >>> DistributedType.MULTI_CPU == "MULTI_CPU"
         True
@@ -40,6 +45,16 @@ class DistributedType(enum.StrEnum):
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
     XLA = "XLA"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    MEGATRON_LM = "MEGATRON_LM"
+    MULTI_XPU = "MULTI_XPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
 
 # One table instead of a ladder: device type -> (default backend, distributed type when world>1).
@@ -88,6 +103,10 @@ class ProcessState:
         deepspeed_plugin: the Accelerator's DeepSpeedPlugin (accelerate's
             ``accelerator.state.deepspeed_plugin``), else ``None``.
         dynamo_plugin: the Accelerator's TorchDynamoPlugin (``accelerator.state.dynamo_plugin``).
+        fsdp_plugin: the Accelerator's FSDP options (an ``FsdpConfig``), else ``None``
+            (accelerate's ``accelerator.state.fsdp_plugin``, which only FSDP jobs have).
+        parallelism_config: the Accelerator's ParallelismConfig, else ``None``.
+        mixed_precision: the Accelerator's precision name (``accelerator.state.mixed_precision``).
 
     Example:
         >>> state = ProcessState.from_environment(cpu=True)
@@ -105,6 +124,9 @@ class ProcessState:
     created_group: bool = False
     deepspeed_plugin: Any = None
     dynamo_plugin: Any = None
+    fsdp_plugin: Any = None
+    parallelism_config: Any = None
+    mixed_precision: str = "no"
 
     @classmethod
     def from_environment(

@@ -15,6 +15,7 @@ accelerate.
 
 from __future__ import annotations
 
+import enum
 import importlib.util
 import json
 import os
@@ -25,6 +26,7 @@ from ..errors import ConfigError
 from ..reporting.scalars import scalar
 
 __all__ = [
+    "LoggerType",
     "GeneralTracker",
     "TensorBoardTracker",
     "MLflowTracker",
@@ -33,6 +35,24 @@ __all__ = [
     "resolve",
     "make",
 ]
+
+
+class LoggerType(enum.StrEnum):
+    """accelerate's tracker names (members compare equal to the strings, so
+    ``log_with=LoggerType.TENSORBOARD`` works). The built-in trackers are ALL, TENSORBOARD,
+    WANDB, TRACKIO and MLFLOW; the others name accelerate's trackers this package does not
+    have (``log_with`` refuses them with a ConfigError)."""
+
+    ALL = "all"
+    AIM = "aim"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    TRACKIO = "trackio"
+    COMETML = "comet_ml"
+    MLFLOW = "mlflow"
+    CLEARML = "clearml"
+    DVCLIVE = "dvclive"
+    SWANLAB = "swanlab"
 
 
 class GeneralTracker:
@@ -75,6 +95,11 @@ class GeneralTracker:
     def tracker(self) -> Any:
         """The library's own object (a ``SummaryWriter``, a W&B run, ...)."""
         return None
+
+    def start(self) -> None:
+        """Start the run: ``init_trackers`` calls it on every tracker, before the config is
+        stored (accelerate's order; a tracker of your own may open its run here, as
+        accelerate's docs suggest). The built-in trackers start when made."""
 
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         """Record the run's hyperparameters."""

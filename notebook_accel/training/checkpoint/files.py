@@ -31,7 +31,39 @@ import torch
 from ...errors import CheckpointError, ConfigError
 from ...private import numpy as private_numpy
 
+# accelerate's names of a checkpoint's files (accelerate.utils' constants, for code that
+# builds paths with them); save_state writes exactly these (tests/training/checkpoint).
+MODEL_NAME = "pytorch_model"
+SAFE_MODEL_NAME = "model"
+WEIGHTS_NAME = f"{MODEL_NAME}.bin"
+SAFE_WEIGHTS_NAME = f"{SAFE_MODEL_NAME}.safetensors"
+WEIGHTS_PATTERN_NAME = "pytorch_model{suffix}.bin"
+SAFE_WEIGHTS_PATTERN_NAME = "model{suffix}.safetensors"
+WEIGHTS_INDEX_NAME = f"{WEIGHTS_NAME}.index.json"
+SAFE_WEIGHTS_INDEX_NAME = f"{SAFE_WEIGHTS_NAME}.index.json"
+OPTIMIZER_NAME = "optimizer"
+SCHEDULER_NAME = "scheduler"
+SAMPLER_NAME = "sampler"
+SCALER_NAME = "scaler.pt"
+RNG_STATE_NAME = "random_states"
+FILE_NAMES = (
+    "MODEL_NAME",
+    "OPTIMIZER_NAME",
+    "RNG_STATE_NAME",
+    "SAFE_MODEL_NAME",
+    "SAFE_WEIGHTS_INDEX_NAME",
+    "SAFE_WEIGHTS_NAME",
+    "SAFE_WEIGHTS_PATTERN_NAME",
+    "SAMPLER_NAME",
+    "SCALER_NAME",
+    "SCHEDULER_NAME",
+    "WEIGHTS_INDEX_NAME",
+    "WEIGHTS_NAME",
+    "WEIGHTS_PATTERN_NAME",
+)
+
 __all__ = [
+    *FILE_NAMES,
     "write_atomic",
     "save_object",
     "load_object",

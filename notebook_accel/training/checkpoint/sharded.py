@@ -41,7 +41,7 @@ from ..strategies.sharder import is_sharded
 from .files import untrusted
 from .folder import Stateful, find
 
-__all__ = ["SHARDED_DIR", "ShardedPart", "split"]
+__all__ = ["SHARDED_DIR", "ShardedPart", "merge_fsdp_weights", "split"]
 
 SHARDED_DIR = "sharded"
 
@@ -247,3 +247,88 @@ def split(
         return objects, None
     rest = replace(objects, model=[], optimizer=[])
     return rest, ShardedPart(list(objects.model), list(objects.optimizer))
+
+
+def _dcp_folder(checkpoint_dir: Path) -> tuple[Path, str]:
+    """The DCP folder and the key prefix of the (first) model inside it: a save_state folder
+    of ours (``sharded/``, ``model_0``), its ``sharded/`` itself, or accelerate's
+    ``pytorch_model_fsdp_0`` (``model``)."""
+    for folder in (checkpoint_dir / SHARDED_DIR, checkpoint_dir):
+        if (folder / ".metadata").is_file():
+            keys = _safe_metadata(folder / ".metadata", "").state_dict_metadata
+            prefix = "model_0" if any(k.startswith("model_0.") for k in keys) else "model"
+            return folder, prefix
+    raise CheckpointError(
+        checkpoint_dir,
+        "holds no DCP checkpoint (.metadata): pass a save_state folder saved with FSDP, its "
+        "sharded/ folder, or accelerate's pytorch_model_fsdp_0",
+    )
+
+
+def merge_fsdp_weights(
+    checkpoint_dir: str | os.PathLike[str],
+    output_path: str | os.PathLike[str],
+    safe_serialization: bool = True,
+    remove_checkpoint_dir: bool = False,
+) -> Path | None:
+    """accelerate's ``merge_fsdp_weights``: the model's shards as one whole weights file.
+
+    Reads the (first) model of a sharded checkpoint, nothing of its optimizers, through the
+    same guarded DCP reader as ``load_state`` (no pickle but DCP's own metadata classes), and
+    writes ``output_path/model.safetensors`` (``pytorch_model.bin`` without
+    ``safe_serialization``) on the main process; the others wait. Call it from one process,
+    or from every process of a job.
+
+    Args:
+        checkpoint_dir: a ``save_state`` folder saved with FSDP (or its ``sharded/``), or
+            accelerate's ``pytorch_model_fsdp_0`` folder.
+        output_path: the folder to write into (made if missing).
+        safe_serialization: safetensors (else ``torch.save``).
+        remove_checkpoint_dir: delete ``checkpoint_dir`` afterwards (main process).
+
+    Returns:
+        The file written (None on the other processes).
+
+    Example:
+        >>> from notebook_accel.utils import merge_fsdp_weights
+        >>> merge_fsdp_weights("ckpt", "merged")  # doctest: +SKIP
+        PosixPath('merged/model.safetensors')
+    """
+    import shutil
+
+    import torch.distributed as dist
+
+    from .files import save_weights_file
+
+    grouped = dist.is_available() and dist.is_initialized()
+    written: Path | None = None
+    if not grouped or dist.get_rank() == 0:
+        folder, prefix = _dcp_folder(Path(checkpoint_dir))
+        metadata = _safe_metadata(folder / ".metadata", "")
+        template: dict[str, torch.Tensor] = {}
+        for key, item in metadata.state_dict_metadata.items():
+            if key.startswith(prefix + ".") and isinstance(
+                item, dcp_metadata.TensorStorageMetadata
+            ):
+                template[key] = torch.empty(item.size, dtype=item.properties.dtype)
+        if not template:
+            raise CheckpointError(folder, f"has no tensors under {prefix!r}")
+        with warnings.catch_warnings():
+            # one process reads every shard, on purpose
+            warnings.filterwarnings("ignore", "torch.distributed is disabled")
+            dcp.load(
+                template,
+                storage_reader=_SafeReader(folder),
+                planner=_SafePlanner(folder),
+                no_dist=True,
+            )
+        weights = {key[len(prefix) + 1 :]: value for key, value in template.items()}
+        target = Path(output_path)
+        target.mkdir(parents=True, exist_ok=True)
+        written = target / ("model.safetensors" if safe_serialization else "pytorch_model.bin")
+        save_weights_file(weights, written, safe=safe_serialization)
+        if remove_checkpoint_dir:
+            shutil.rmtree(checkpoint_dir)
+    if grouped:
+        dist.barrier()
+    return written

@@ -48,16 +48,18 @@ class Precision:
         self.scaler: torch.amp.GradScaler | None = None
 
     @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
-        """The context a forward pass runs in."""
+    def autocast(self, **options: Any) -> Iterator[None]:
+        """The context a forward pass runs in; ``options`` go to ``torch.autocast``
+        (``AutocastKwargs``: ``enabled``, ``cache_enabled``)."""
         if self.dtype is None:
             yield
             return
-        with torch.autocast(device_type=self.device_type, dtype=self.dtype):
+        with torch.autocast(device_type=self.device_type, dtype=self.dtype, **options):
             yield
 
-    def wrap_forward(self, module: torch.nn.Module) -> None:
-        """Make ``module`` run under autocast with float32 outputs (as accelerate does).
+    def wrap_forward(self, module: torch.nn.Module, **options: Any) -> None:
+        """Make ``module`` run under autocast with float32 outputs (as accelerate does);
+        ``options`` go to ``torch.autocast`` (the Accelerator's ``AutocastKwargs``).
 
         The forward is an :class:`AutocastForward` bound to this module, so a deep copy or a
         pickle of the module carries its own autocast forward (never the original's).
@@ -65,7 +67,7 @@ class Precision:
         if self.dtype is not None and not isinstance(
             module.__dict__.get("forward"), AutocastForward
         ):
-            module.forward = AutocastForward(module, self.device_type, self.dtype)
+            module.forward = AutocastForward(module, self.device_type, self.dtype, options)
 
     def track(self, optimizer: torch.optim.Optimizer) -> None:
         """Note a prepared optimizer (fp16 updates its scaler once all have stepped)."""
@@ -253,10 +255,17 @@ class AutocastForward:
         torch.float32
     """
 
-    def __init__(self, module: torch.nn.Module, device_type: str, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        device_type: str,
+        dtype: torch.dtype,
+        options: dict[str, Any] | None = None,
+    ) -> None:
         self._module = weakref.ref(module)
         self.device_type = device_type
         self.dtype = dtype
+        self.options = dict(options or {})  # torch.autocast's enabled / cache_enabled
         # A forward the user had set on the instance (rare) is kept and run; else the class's.
         self.inner = module.__dict__.get("forward")
 
@@ -276,6 +285,7 @@ class AutocastForward:
             "device_type": self.device_type,
             "dtype": self.dtype,
             "inner": self.inner,
+            "options": self.options,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -283,6 +293,7 @@ class AutocastForward:
         self.device_type = state["device_type"]
         self.dtype = state["dtype"]
         self.inner = state["inner"]
+        self.options = state.get("options", {})  # pickles from before the options
 
     @property
     def __wrapped__(self) -> Callable[..., Any]:
@@ -293,7 +304,7 @@ class AutocastForward:
         return type(module).forward.__get__(module)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with torch.autocast(device_type=self.device_type, dtype=self.dtype):
+        with torch.autocast(device_type=self.device_type, dtype=self.dtype, **self.options):
             out = self.__wrapped__(*args, **kwargs)
         return _to_float32(out, self.dtype)
 

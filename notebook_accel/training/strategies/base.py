@@ -32,7 +32,7 @@ from ...errors import ConfigError
 from ..checkpoint.folder import Stateful
 from ..precision.modes import Precision
 from ..precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
-from ..state import GradientState, ProcessState
+from ..state import DistributedType, GradientState, ProcessState
 from .dummies import DummyOptim, DummyScheduler
 
 __all__ = ["CheckpointPart", "Strategy"]
@@ -199,6 +199,17 @@ class Strategy:
         if (rank, size) == (self.state.rank, self.state.world_size):
             return self.state
         return dataclasses.replace(self.state, rank=rank, world_size=size)
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """What ``Accelerator.distributed_type`` reports (the process's kind here; FSDP and
+        DeepSpeed report themselves, as accelerate's do)."""
+        return self.state.distributed_type
+
+    @property
+    def device_mesh(self) -> Any:
+        """The ``DeviceMesh`` a ``parallelism_config`` made (``torch_device_mesh``), else None."""
+        return None
 
     # ---- end ------------------------------------------------------------------------------
     def end(self) -> None:

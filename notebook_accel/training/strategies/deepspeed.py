@@ -43,7 +43,7 @@ from ..checkpoint.files import untrusted
 from ..checkpoint.folder import Stateful, find
 from ..precision.modes import Precision
 from ..precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
-from ..state import GradientState, ProcessState
+from ..state import DistributedType, GradientState, ProcessState
 from .base import CheckpointPart, Strategy
 from .dummies import DummyOptim, DummyScheduler, parameters_of
 
@@ -178,6 +178,11 @@ class DeepSpeedStrategy(Strategy):
     """
 
     name = "deepspeed"
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """DEEPSPEED, as accelerate's Accelerator reports it (in one process too)."""
+        return DistributedType.DEEPSPEED
 
     def __init__(
         self,

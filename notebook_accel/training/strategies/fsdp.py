@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.distributed.device_mesh import DeviceMesh
 
 from ...options.fsdp import FsdpConfig
-from ..state import ProcessState
+from ..state import DistributedType, ProcessState
 from . import sharder as fsdp2
 from .base import Strategy
 
@@ -54,6 +55,16 @@ class FsdpStrategy(Strategy):
     def shards_parameters(self) -> bool:
         """True: each rank holds a shard of every parameter."""
         return True
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """FSDP, as accelerate's Accelerator reports it."""
+        return DistributedType.FSDP
+
+    @property
+    def device_mesh(self) -> DeviceMesh:
+        """The sharding mesh (``("shard",)``, or ``("replicate", "shard")`` for HSDP)."""
+        return self.sharder.mesh
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """``fully_shard`` the model (its submodules first, by the config's wrap policy)."""

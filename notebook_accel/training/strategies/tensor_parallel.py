@@ -105,6 +105,11 @@ class TensorParallelStrategy(Strategy):
         return self._mesh
 
     @property
+    def device_mesh(self) -> DeviceMesh:
+        """The mesh of the ``parallelism_config`` (accelerate's ``torch_device_mesh``)."""
+        return self.mesh
+
+    @property
     def _dp_mesh(self) -> DeviceMesh:
         if self.config.dp_replicate_size > 1:
             return self.mesh["dp_replicate", "dp_shard"]

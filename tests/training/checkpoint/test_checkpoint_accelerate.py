@@ -232,3 +232,22 @@ def test_we_load_accelerates_two_process_checkpoint(tmp_path: Path) -> None:
     for rank in range(2):
         _same(ours[rank], theirs[rank])
         assert ours[rank]["draws"] == theirs[rank]["draws"]  # random_states_<rank>.pkl
+
+
+def test_the_file_name_constants_are_accelerates_and_save_state_uses_them(
+    tmp_path: Path,
+) -> None:
+    accelerate_utils = pytest.importorskip("accelerate.utils")
+    import notebook_accel.utils
+    from notebook_accel import Accelerator
+    from notebook_accel.training.checkpoint.files import FILE_NAMES
+
+    for name in (*FILE_NAMES, "PROFILE_PATTERN_NAME"):
+        assert getattr(notebook_accel.utils, name) == getattr(accelerate_utils, name), name
+    acc = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    acc.save_state(str(tmp_path / "ckpt"))
+    names = {p.name for p in (tmp_path / "ckpt").iterdir()}
+    u = notebook_accel.utils
+    assert {u.SAFE_WEIGHTS_NAME, f"{u.OPTIMIZER_NAME}.bin", f"{u.RNG_STATE_NAME}_0.pkl"} <= names

@@ -1,0 +1,189 @@
+"""No silent gaps: every public name of accelerate 1.15's modules resolves here, provided or
+refused on purpose with a reason; README's migration section is the table rendered.
+
+accelerate's public names in a module are its attributes without a leading underscore that
+are not submodules (accelerate has no ``__all__``), less the standard library's objects its
+imports bring (``surface.accelerate_names``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from notebook_accel import NotebookAccelError, refusals, surface
+from notebook_accel.errors import NotProvidedError
+from notebook_accel.refusals import _PROVIDED_ELSEWHERE_BIG_MODEL, Refused
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+MODULES = sorted(surface.SHIMS.items())
+
+
+def gaps(ours: str, names: list[str]) -> tuple[list[str], list[str]]:
+    """(names that resolve neither as provided nor as refused, big-model names not there yet)."""
+    module = importlib.import_module(ours)
+    missing, waiting = [], []
+    for name in names:
+        if hasattr(module, name):
+            continue
+        (waiting if name in _PROVIDED_ELSEWHERE_BIG_MODEL else missing).append(name)
+    return missing, waiting
+
+
+@pytest.mark.parametrize(("theirs", "ours"), MODULES)
+def test_every_public_name_of_accelerate_resolves_here(theirs: str, ours: str) -> None:
+    pytest.importorskip("accelerate")
+    names = surface.accelerate_names(theirs)
+    assert names, theirs
+    missing, waiting = gaps(ours, names)
+    assert not missing, f"{ours} neither provides nor refuses: {missing}"
+    if waiting:
+        pytest.skip(f"in _PROVIDED_ELSEWHERE_BIG_MODEL, not at {ours} yet: {waiting}")
+
+
+def test_the_gap_check_fails_on_a_name_nobody_listed() -> None:
+    missing, waiting = gaps(
+        "notebook_accel.utils", ["gather", "MegatronLMPlugin", "no_such_name", "dispatch_model"]
+    )
+    assert missing == ["no_such_name"]
+    assert waiting in ([], ["dispatch_model"])  # the big-model work may have landed
+
+
+@pytest.mark.parametrize(("theirs", "ours"), MODULES)
+def test_what_the_table_names_is_accelerates(theirs: str, ours: str) -> None:
+    """A refused name is one accelerate has there (no stale entries); a provided one is one
+    of accelerate's, here or in another covered module (the package carries some of
+    accelerate.utils' names at its top level, as utils carries the package's)."""
+    pytest.importorskip("accelerate")
+    here = set(surface.accelerate_names(theirs))
+    anywhere = {n for module in surface.SHIMS for n in surface.accelerate_names(module)}
+    assert set(surface.refused(ours)) <= here
+    assert set(surface.provided(ours)) <= anywhere
+
+
+@pytest.mark.parametrize("ours", sorted(refusals.REFUSED))
+def test_no_name_is_both_provided_and_refused(ours: str) -> None:
+    module = importlib.import_module(ours)
+    own = set(getattr(module, "_EXPORTS", {})) | set(getattr(module, "_UTILS_ONLY", {}))
+    both = own & set(refusals.REFUSED[ours])
+    assert not both, f"{ours} provides {sorted(both)}: take them off refusals.REFUSED"
+    assert not _PROVIDED_ELSEWHERE_BIG_MODEL & set(refusals.REFUSED[ours])
+
+
+def test_a_refused_name_imports_and_says_why_when_used() -> None:
+    import notebook_accel.utils
+    from notebook_accel.utils import MegatronLMPlugin, is_hpu_available
+
+    assert hasattr(notebook_accel.utils, "SageMakerDistributedType")
+    assert issubclass(MegatronLMPlugin, Refused)
+    assert not isinstance(object(), MegatronLMPlugin)
+    with pytest.raises(NotProvidedError) as caught:
+        MegatronLMPlugin(tp_degree=2)
+    assert isinstance(caught.value, NotebookAccelError)
+    assert isinstance(caught.value, NotImplementedError)
+    message = str(caught.value)
+    assert message.startswith("notebook_accel.utils.MegatronLMPlugin is not provided")
+    assert "Megatron-LM is not supported" in message and "Use FSDP" in message
+    with pytest.raises(NotProvidedError, match="device family"):
+        is_hpu_available()
+    from notebook_accel import prepare_pippy
+    from notebook_accel.state import SharedDict
+
+    with pytest.raises(NotProvidedError, match="PiPPy"):
+        prepare_pippy(None)
+    with pytest.raises(NotProvidedError, match="Borg"):
+        SharedDict()
+
+
+def test_a_name_neither_provided_nor_refused_is_an_attribute_error() -> None:
+    import notebook_accel.state
+    import notebook_accel.utils
+
+    for module in (notebook_accel, notebook_accel.utils, notebook_accel.state):
+        assert not hasattr(module, "no_such_name")
+    with pytest.raises(ImportError):
+        from notebook_accel.utils import no_such_name  # noqa: F401
+
+
+def test_the_new_module_paths_import_no_torch() -> None:
+    code = (
+        "import sys\n"
+        "import notebook_accel.state, notebook_accel.tracking, notebook_accel.utils\n"
+        "import notebook_accel.utils.memory, notebook_accel.utils.dataclasses\n"
+        "from notebook_accel.utils import MegatronLMPlugin, write_basic_config\n"
+        "from notebook_accel.utils import patch_environment, is_rich_available\n"
+        "from notebook_accel import surface\n"
+        "surface.render_migration()\n"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def _readme_section() -> str:
+    text = README.read_text()
+    match = re.search(
+        r"<!-- migration: begin.*?-->\n(.*?)<!-- migration: end -->", text, flags=re.DOTALL
+    )
+    assert match, "README has no generated migration section"
+    return match.group(1)
+
+
+def test_readme_migration_section_is_the_rendered_table() -> None:
+    assert _readme_section() == surface.render_migration(), (
+        "README's 'Migrating from accelerate' section differs from the table: run "
+        "`python benchmarks/surface.py --write-readme`"
+    )
+
+
+# The names issue 30's census asked for at accelerate's paths (big-model ones aside): each
+# takes accelerate's parameters, in accelerate's order (ours may add keyword-only extras).
+SIGNATURES = [
+    ("accelerate.utils", name)
+    for name in (
+        "broadcast broadcast_object_list gather reduce pad_across_processes send_to_device "
+        "wait_for_everyone AutocastKwargs GradientAccumulationPlugin patch_environment "
+        "synchronize_rng_states synchronize_rng_state extract_model_from_parallel "
+        "merge_fsdp_weights is_bf16_available is_torch_xla_available is_rich_available "
+        "write_basic_config str_to_bool parse_flag_from_env parse_choice_from_env "
+        "get_int_from_env LoggerType PrecisionType RNGType set_seed gather_object "
+        "DistributedType"
+    ).split()
+] + [
+    ("accelerate.utils.memory", "clear_device_cache"),
+    ("accelerate.state", "AcceleratorState"),
+    ("accelerate.state", "GradientState"),
+    ("accelerate.state", "is_initialized"),
+]
+
+
+@pytest.mark.parametrize(("theirs", "name"), SIGNATURES)
+def test_the_census_names_take_accelerates_arguments(theirs: str, name: str) -> None:
+    import enum
+    import inspect
+
+    pytest.importorskip("accelerate")
+    a = getattr(importlib.import_module(theirs), name)
+    o = getattr(importlib.import_module(surface.SHIMS[theirs]), name)
+    if isinstance(a, type) and issubclass(a, enum.Enum):
+        assert {(m.name, m.value) for m in o} == {(m.name, m.value) for m in a}
+        return
+    a, o = (a.__init__, o.__init__) if isinstance(a, type) else (a, o)
+
+    def named(function: object) -> list[str]:
+        kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        parameters = inspect.signature(function).parameters.values()  # type: ignore[arg-type]
+        return [p.name for p in parameters if p.kind not in kinds and p.name != "self"]
+
+    theirs_names = [n for n in named(a) if not n.startswith("_")]
+    # accelerate's plugins we do not have (torch_tp_plugin, megatron_lm_plugin) go to **kwargs
+    if name == "AcceleratorState":
+        theirs_names = [
+            n for n in theirs_names if n not in ("torch_tp_plugin", "megatron_lm_plugin")
+        ]
+    assert named(o)[: len(theirs_names)] == theirs_names

@@ -17,6 +17,7 @@ from notebook_accel import _lazy_attribute
 
 _PROBES = "notebook_accel.hardware.available"
 _DUMMIES = "notebook_accel.training.strategies.dummies"
+_BIG = "notebook_accel.big_model"
 
 # Names accelerate keeps in accelerate.utils only (not at its top level) -> defining module.
 _UTILS_ONLY = {
@@ -34,6 +35,13 @@ _UTILS_ONLY = {
     "is_transformers_available": _PROBES,
     "is_wandb_available": _PROBES,
     "is_xpu_available": _PROBES,
+    "compute_module_sizes": f"{_BIG}.tensors",
+    "convert_file_size_to_int": f"{_BIG}.tensors",
+    "dtype_byte_size": f"{_BIG}.tensors",
+    "find_tied_parameters": f"{_BIG}.tensors",
+    "named_module_tensors": f"{_BIG}.tensors",
+    "retie_parameters": f"{_BIG}.tensors",
+    "set_module_tensor_to_device": f"{_BIG}.tensors",
 }
 
 

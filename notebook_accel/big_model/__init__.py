@@ -1,0 +1,9 @@
+"""Big models in pieces: accelerate's ``big_modeling`` and ``hooks``, written for this package.
+
+A part of its own (it stands on the ground only): loading a model too big for one device
+needs no Accelerator, no process group and no launcher, and a launch's rank uses it as any
+script does.
+
+    empty.py        init_empty_weights, init_on_device: parameters made on the meta device
+    tensors.py      one tensor of a module set on a device; sizes, ties, size strings
+"""

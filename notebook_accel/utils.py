@@ -42,6 +42,11 @@ _UTILS_ONLY = {
     "named_module_tensors": f"{_BIG}.tensors",
     "retie_parameters": f"{_BIG}.tensors",
     "set_module_tensor_to_device": f"{_BIG}.tensors",
+    "get_max_memory": f"{_BIG}.memory",
+    "get_balanced_memory": f"{_BIG}.memory",
+    "infer_auto_device_map": f"{_BIG}.device_map",
+    "get_max_layer_size": f"{_BIG}.device_map",
+    "clean_device_map": f"{_BIG}.device_map",
 }
 
 

@@ -6,4 +6,6 @@ script does.
 
     empty.py        init_empty_weights, init_on_device: parameters made on the meta device
     tensors.py      one tensor of a module set on a device; sizes, ties, size strings
+    memory.py       get_max_memory, get_balanced_memory: the budgets a device map fills
+    device_map.py   infer_auto_device_map: blocks to GPU ids, then "cpu", then "disk"
 """

@@ -20,6 +20,21 @@ _PART = "notebook_accel.big_model"
 _EXPORTS = {
     "init_empty_weights": f"{_PART}.empty",
     "init_on_device": f"{_PART}.empty",
+    "dispatch_model": f"{_PART}.dispatch",
+    "cpu_offload": f"{_PART}.dispatch",
+    "cpu_offload_with_hook": f"{_PART}.dispatch",
+    "disk_offload": f"{_PART}.dispatch",
+    "load_checkpoint_and_dispatch": f"{_PART}.loading",
+    "infer_auto_device_map": f"{_PART}.device_map",
+    "get_balanced_memory": f"{_PART}.memory",
+    "load_checkpoint_in_model": f"{_PART}.loading",
+    "find_tied_parameters": f"{_PART}.tensors",
+    "check_device_map": f"{_PART}.dispatch",
+    "add_hook_to_module": f"{_PART}.hooks",
+    "remove_hook_from_module": f"{_PART}.hooks",
+    "AlignDevicesHook": f"{_PART}.hooks",
+    "CpuOffload": f"{_PART}.hooks",
+    "UserCpuOffloadHook": f"{_PART}.hooks",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -128,6 +128,7 @@ def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
         "demo.py",
         "env.py",
         "errors.py",
+        "hooks.py",
         "local_sgd.py",
         "logging.py",
         "quiet.py",

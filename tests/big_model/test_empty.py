@@ -121,3 +121,17 @@ def test_set_module_tensor_to_device_refuses_what_cannot_be_done() -> None:
         set_module_tensor_to_device(layer, "weight", "cpu", value=torch.ones(3, 3))
     with pytest.raises(ConfigError, match="tensor_name"):
         set_module_tensor_to_device(layer, "nothing", "cpu", value=torch.ones(1))
+
+
+def test_the_module_paths_import_without_torch() -> None:
+    code = (
+        "import sys\n"
+        "from notebook_accel import big_modeling, hooks, utils\n"
+        "names = [*big_modeling.__all__, *hooks.__all__]\n"
+        "assert 'load_checkpoint_and_dispatch' in dir(big_modeling)\n"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.strip() == "False"

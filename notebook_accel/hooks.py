@@ -1,0 +1,38 @@
+"""``accelerate.hooks``'s names: hooks that move inputs and weights around a forward pass.
+
+``from accelerate.hooks import remove_hook_from_module, AlignDevicesHook`` becomes
+``from notebook_accel.hooks import ...``; the code lives in ``big_model/hooks.py`` and loads
+on first use (no torch at import).
+
+Example:
+    >>> from notebook_accel.hooks import remove_hook_from_module  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from notebook_accel import _lazy_attribute
+
+_HOOKS = "notebook_accel.big_model.hooks"
+
+# name -> defining module
+_EXPORTS = {
+    "ModelHook": _HOOKS,
+    "SequentialHook": _HOOKS,
+    "AlignDevicesHook": _HOOKS,
+    "CpuOffload": _HOOKS,
+    "UserCpuOffloadHook": _HOOKS,
+    "add_hook_to_module": _HOOKS,
+    "remove_hook_from_module": _HOOKS,
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    return _lazy_attribute(globals(), _EXPORTS, name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -8,8 +8,8 @@
            "disk"          -> written to the offload folder; the model keeps a meta tensor
       -> tied parameters made one again (or indexed together on disk)
 
-Only one shard is open at a time and tensors are read one by one, so the process holds
-the blocks kept in memory plus one shard's mapping, never the whole checkpoint.
+Tensors are read one by one (``pread`` into a fresh tensor, no file mapping), so the
+process holds the blocks kept in memory plus one tensor, never a whole shard.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from notebook_accel.big_model.device_map import infer_auto_device_map
 from notebook_accel.big_model.dispatch import dispatch_model, entry_of
 from notebook_accel.big_model.memory import get_balanced_memory
-from notebook_accel.big_model.offload import alias, read_index, write_tensors
+from notebook_accel.big_model.offload import SafetensorsFile, alias, read_index, write_tensors
 from notebook_accel.big_model.tensors import (
     as_dtype,
     find_tied_parameters,
@@ -71,11 +71,9 @@ def checkpoint_files(checkpoint: str | os.PathLike[str]) -> list[Path]:
 def _tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
     """One file's tensors, one at a time (safetensors; else torch's weights-only loader)."""
     if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt", device="cpu") as file:
-            for key in file.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                yield key, file.get_tensor(key)
+        file = SafetensorsFile(path)  # read into anonymous memory: no mapped file pages
+        for key in file.header:
+            yield key, file.read(key)
         return
     import torch
 

@@ -69,6 +69,46 @@ def alias(folder: str | os.PathLike[str], name: str, same_as: str) -> None:
     (Path(folder) / INDEX).write_text(json.dumps(index, indent=1))
 
 
+_DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
+    "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+}  # fmt: skip
+
+
+class SafetensorsFile:
+    """One safetensors file read a tensor at a time with ``pread`` into a fresh tensor.
+
+    The header (names, dtypes, shapes, offsets: JSON, never code) is read once; the file
+    stays open but unmapped, so what a forward pass read is freed with the tensor and never
+    stays resident as mapped file pages.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        size = int.from_bytes(os.pread(self.fd, 8, 0), "little")
+        self.header = json.loads(os.pread(self.fd, size, 8))
+        self.header.pop("__metadata__", None)
+        self.start = 8 + size
+
+    def read(self, key: str) -> torch.Tensor:
+        import torch
+
+        info = self.header[key]
+        begin, end = info["data_offsets"]
+        raw = torch.empty(end - begin, dtype=torch.uint8)
+        if end > begin:
+            done = os.preadv(self.fd, [raw.numpy().data], self.start + begin)
+            if done != end - begin:
+                raise OSError(f"short read of {key}: {done} of {end - begin} bytes")
+        dtype = getattr(torch, _DTYPES[info["dtype"]])
+        return raw.view(dtype).reshape(info["shape"])
+
+    def __del__(self) -> None:
+        if hasattr(self, "fd"):
+            os.close(self.fd)
+
+
 class OffloadedWeights(Mapping[str, "torch.Tensor"]):
     """Names -> tensors: CPU tensors held in memory, else read from a folder on each access.
 
@@ -92,17 +132,22 @@ class OffloadedWeights(Mapping[str, "torch.Tensor"]):
         self.folder = Path(folder) if folder is not None else None
         self.index = read_index(self.folder) if self.folder is not None else {}
         self.device = device
+        self._files: dict[str, SafetensorsFile] = {}
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name in self.state_dict:
             return self.state_dict[name]
         entry = self.index[name]
         assert self.folder is not None
-        from safetensors import safe_open
+        tensor = self._file(entry["file"]).read(entry["key"])
+        return tensor if self.device is None else tensor.to(self.device)
 
-        device = "cpu" if self.device is None else str(self.device)
-        with safe_open(str(self.folder / entry["file"]), framework="pt", device=device) as file:
-            return file.get_tensor(entry["key"])
+    def _file(self, name: str) -> SafetensorsFile:
+        found = self._files.get(name)
+        if found is None:
+            assert self.folder is not None
+            found = self._files[name] = SafetensorsFile(self.folder / name)
+        return found
 
     def __iter__(self) -> Iterator[str]:
         return iter({**dict.fromkeys(self.state_dict), **dict.fromkeys(self.index)})

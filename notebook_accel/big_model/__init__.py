@@ -9,6 +9,7 @@ script does.
     memory.py       get_max_memory, get_balanced_memory: the budgets a device map fills
     device_map.py   infer_auto_device_map: blocks to GPU ids, then "cpu", then "disk"
     offload.py      weights kept off the model: a folder of safetensors files, read on use
+    moves.py        send_to_device: tensors inside nested inputs and outputs moved
     hooks.py        ModelHook, AlignDevicesHook, CpuOffload: forward wrapped to move weights
     dispatch.py     dispatch_model, cpu_offload(_with_hook), disk_offload
     loading.py      load_checkpoint_in_model, load_checkpoint_and_dispatch (shards + index)

@@ -15,54 +15,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from notebook_accel.big_model.moves import input_device, send_to_device
 from notebook_accel.big_model.tensors import named_module_tensors, set_module_tensor_to_device
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
-
-
-def send_to_device(data: Any, device: Any, skip_keys: str | list[str] | None = None) -> Any:
-    """``data`` with every tensor inside (lists, tuples, dicts, their subclasses) on ``device``.
-
-    Example:
-        >>> send_to_device({"x": torch.ones(1)}, "cpu")  # doctest: +SKIP
-    """
-    import torch
-
-    skip = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or [])
-    if isinstance(data, torch.Tensor):
-        return data.to(device)
-    if isinstance(data, tuple) and hasattr(data, "_fields"):  # a named tuple
-        return type(data)(*(send_to_device(item, device) for item in data))
-    if isinstance(data, list | tuple):
-        return type(data)(send_to_device(item, device) for item in data)
-    if isinstance(data, Mapping):
-        moved = {k: v if k in skip else send_to_device(v, device) for k, v in data.items()}
-        try:
-            return cast(Any, type(data))(moved)
-        except TypeError:
-            return moved
-    if hasattr(data, "to") and not isinstance(data, type):
-        return data.to(device)
-    return data
-
-
-def input_device(data: Any) -> Any:
-    """The device of the first tensor in ``data`` (``None`` where there is none)."""
-    import torch
-
-    if isinstance(data, torch.Tensor):
-        return data.device
-    items = data.values() if isinstance(data, Mapping) else data
-    if isinstance(items, list | tuple) or isinstance(data, Mapping):
-        for item in items:
-            found = input_device(item)
-            if found is not None:
-                return found
-    return None
 
 
 class ModelHook:

@@ -122,3 +122,11 @@ def test_an_unknown_device_or_size_is_refused() -> None:
         get_max_memory({"tpu": 10})
     with pytest.raises(ConfigError, match="size"):
         get_max_memory({"cpu": "ten gigabytes"})
+
+
+def test_without_budgets_the_machines_memory_is_read_as_accelerate_reads_it() -> None:
+    from accelerate.utils import infer_auto_device_map as theirs
+
+    model = gpt2()
+    assert infer_auto_device_map(model) == dict(theirs(model)) == {"": "cpu"}
+    assert list(get_max_memory()) == ["cpu"]

@@ -134,3 +134,22 @@ def test_bad_maps_are_refused(tmp_path: Path) -> None:
         dispatch_model(meta, {"transformer": "disk", "lm_head": "cpu"})
     with pytest.raises(ConfigError, match="checkpoint"):
         load_checkpoint_in_model(meta, tmp_path / "nothing")
+
+
+def test_a_torch_file_loads_with_weights_only_and_a_pickle_is_refused(tmp_path: Path) -> None:
+    import pickle
+
+    model, meta, expected = plain("gpt2", tmp_path / "ckpt")
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    load_checkpoint_in_model(meta, tmp_path / "pytorch_model.bin")  # no map: on the CPU
+    assert not any(p.is_meta for p in meta.parameters())
+    torch.testing.assert_close(logits(meta, TOKENS), expected, rtol=0, atol=0)
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (print, ("code ran",))
+
+    (tmp_path / "evil").mkdir()
+    torch.save({"transformer.wte.weight": Payload()}, tmp_path / "evil" / "pytorch_model.bin")
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint_in_model(meta, tmp_path / "evil")

@@ -114,6 +114,7 @@ class _Walk:
     placed: dict[str, Device] = field(default_factory=dict)
     largest: int = 0
     largest_names: list[str] = field(default_factory=list)
+    allow_fallback: bool = False
 
     def measure_largest(self, entries: list[Entry] | None = None) -> None:
         from torch import nn
@@ -131,11 +132,14 @@ class _Walk:
         ]
         return [p for group in groups for p in group if not _inside(name, p)]
 
-    def with_ties(self, size: int, tied: list[str]) -> tuple[int, list[Entry]]:
+    def with_ties(
+        self, size: int, tied: list[str], among: list[Entry] | None = None
+    ) -> tuple[int, list[Entry]]:
         """The size of a module with the waiting modules its tied parameters live in."""
         holders: list[Entry] = []
         for param in tied:
-            holder = next((e for e in self.waiting if param.startswith(e[0] + ".")), None)
+            entries = self.waiting if among is None else among
+            holder = next((e for e in entries if param.startswith(e[0] + ".")), None)
             if holder is None:
                 continue
             holders.append(holder)
@@ -165,6 +169,28 @@ class _Walk:
             return True
         return False
 
+    def fallback(self, entry: Entry, limit: int) -> bool:
+        """Put first the first waiting module (its children looked into before what follows)
+        that fits in ``limit``, then ``entry`` again: accelerate's fallback_allocation, for a
+        device that would otherwise stay empty."""
+        queue = list(self.waiting)
+        while queue:
+            name, item = queue.pop(0)
+            size, _ = self.with_ties(self.sizes.get(name, 0), self.tied_outside(name), queue)
+            if size <= limit:
+                break
+            if _splittable(item, self.no_split):
+                queue = _split(name, item) + queue
+        else:
+            return False
+        for at in [i for i, char in enumerate(name) if char == "."]:
+            parent = next((i for i, e in enumerate(self.waiting) if e[0] == name[:at]), None)
+            if parent is not None:
+                self.waiting[parent : parent + 1] = _split(name[:at], self.waiting[parent][1])
+        found = self.waiting.pop(next(i for i, e in enumerate(self.waiting) if e[0] == name))
+        self.waiting[:0] = [found, entry]
+        return True
+
     def step(self) -> None:
         entry = self.waiting.pop(0)
         name, item = entry
@@ -189,6 +215,9 @@ class _Walk:
             self.waiting = _split(name, item) + self.waiting
             self.measure_largest()
             return
+        room = self.budgets[device] - max(self.largest, total)
+        if self.allow_fallback and used == 0 and self.fallback(entry, room):
+            return
         self.used[device] = used + reserved
         self.index += 1
         self.waiting.insert(0, entry)
@@ -203,7 +232,7 @@ def infer_auto_device_map(
     verbose: bool = False,
     clean_result: bool = True,
     offload_buffers: bool = False,
-    **_: Any,
+    fallback_allocation: bool = False,
 ) -> dict[str, Device]:
     """A device for each block of ``model``: GPUs in order, then ``"cpu"``, then ``"disk"``.
 
@@ -219,6 +248,8 @@ def infer_auto_device_map(
         verbose: accepted for accelerate's signature; nothing is printed.
         clean_result: entries under one module on one device become one entry.
         offload_buffers: accepted for accelerate's signature (it only changes a warning).
+        fallback_allocation: when the next block does not fit a device that holds nothing
+            yet, put there the first later module that fits.
 
     Example:
         >>> from notebook_accel.big_modeling import init_empty_weights
@@ -248,6 +279,7 @@ def infer_auto_device_map(
         ties=find_tied_parameters(model),
         no_split=list(no_split_module_classes or []),
         waiting=waiting,
+        allow_fallback=fallback_allocation,
     )
     walk.measure_largest(list(waiting))
     while walk.waiting:

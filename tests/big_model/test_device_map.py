@@ -52,6 +52,8 @@ SHARES = [
     (0.6, 0.0, 0.2),
     (0.05, 0.4, 0.3),
     (1.2, 0.5, 0.5),
+    (0.2, 0.1, 0.3),  # with fallback_allocation, the CPU gets a later module
+    (0.1, 0.05, 0.3),
 ]
 
 
@@ -72,8 +74,9 @@ def places(device_map: dict[str, Any]) -> set[Any]:
     ("name", "shares", "split", "dtype"),
     list(itertools.product(MODELS, SHARES, [True, False], [None, torch.float16])),
 )
+@pytest.mark.parametrize("fallback", [False, True])
 def test_the_map_is_accelerates(
-    name: str, shares: tuple[float, ...], split: bool, dtype: torch.dtype | None
+    name: str, shares: tuple[float, ...], split: bool, dtype: torch.dtype | None, fallback: bool
 ) -> None:
     from accelerate.utils import infer_auto_device_map as theirs
 
@@ -81,9 +84,18 @@ def test_the_map_is_accelerates(
     model = build()
     memory = budgets(model, shares)
     no_split = [block] if split else None
-    ours = infer_auto_device_map(model, dict(memory), no_split, dtype=dtype)
-    expected = theirs(model, dict(memory), no_split, dtype=dtype)
+    options: dict[str, Any] = {"dtype": dtype, "fallback_allocation": fallback}
+    ours = infer_auto_device_map(model, dict(memory), no_split, **options)
+    expected = theirs(model, dict(memory), no_split, **options)
     assert ours == dict(expected)
+
+
+def test_fallback_allocation_fills_a_device_the_next_block_does_not_fit() -> None:
+    model = gpt2()
+    memory = budgets(model, (0.2, 0.1, 0.3))
+    plain = infer_auto_device_map(model, dict(memory), ["GPT2Block"])
+    filled = infer_auto_device_map(model, dict(memory), ["GPT2Block"], fallback_allocation=True)
+    assert "cpu" not in plain.values() and "cpu" in filled.values()
 
 
 @pytest.mark.parametrize("name", MODELS)

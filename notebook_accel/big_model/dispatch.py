@@ -83,12 +83,24 @@ def attach_hooks(
     offloaded: set[Any],
     offload_buffers: bool = False,
     skip_keys: str | list[str] | None = None,
+    preload_module_classes: list[str] | None = None,
 ) -> None:
-    """Place the weights the map keeps on a device; hook what is lent and where blocks meet."""
+    """Place the weights the map keeps on a device; hook what is lent and where blocks meet.
+
+    An offloaded module of a ``preload_module_classes`` class borrows its whole subtree's
+    weights for its own forward (its forward reads a child's weights without calling it).
+    """
+    preloaded: list[str] = []
     for name, module in model.named_modules():
+        if any(name.startswith(p) for p in preloaded):
+            continue  # inside a preloaded module: its hook lends these weights
         entry = entry_of(name, device_map)
         device = device_map[entry] if entry is not None else main
-        lends = device in offloaded and any(True for _ in named_module_tensors(module))
+        whole = device in offloaded and type(module).__name__ in (preload_module_classes or [])
+        if whole:
+            preloaded.append(f"{name}." if name else "")
+        tensors = named_module_tensors(module, recurse=whole)
+        lends = device in offloaded and any(True for _ in tensors)
         runs_on = main if device in offloaded else device
         prefix = f"{name}." if name else ""
         if device not in offloaded:
@@ -105,6 +117,7 @@ def attach_hooks(
             io_same_device=name == "",
             weights_map=PrefixedWeights(weights, prefix) if lends and weights else None,
             offload_buffers=offload_buffers,
+            place_submodules=whole,
             skip_keys=skip_keys,
         )
         add_hook_to_module(module, hook)
@@ -134,8 +147,9 @@ def dispatch_model(
         offload_index: accepted for accelerate's signature: the folder's ``index.json`` is read.
         offload_buffers: lend buffers too, not only parameters.
         skip_keys: keyword inputs the hooks leave where they are.
-        preload_module_classes: accepted for accelerate's signature (each module with
-            weights lends its own).
+        preload_module_classes: class names whose offloaded instances borrow all their
+            submodules' weights for their own forward (for a forward that reads a child's
+            weights without calling the child).
         force_hooks: hook even a map with a single device.
 
     Example:
@@ -160,7 +174,16 @@ def dispatch_model(
     if on_disk and not read_index(offload_dir or ""):
         write_tensors(offload_dir or "", _state_of(model, on_disk))
     weights = OffloadedWeights(state_dict, offload_dir if on_disk else None)
-    attach_hooks(model, device_map, main, weights, offloaded, offload_buffers, skip_keys)
+    attach_hooks(
+        model,
+        device_map,
+        main,
+        weights,
+        offloaded,
+        offload_buffers,
+        skip_keys,
+        preload_module_classes,
+    )
     model.hf_device_map = dict(device_map)  # type: ignore[assignment]
     return model
 
@@ -181,7 +204,8 @@ def cpu_offload(
     if state_dict is None:
         state_dict = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
     weights = OffloadedWeights(state_dict)
-    attach_hooks(model, {"": "cpu"}, main, weights, {"cpu"}, offload_buffers)
+    classes = preload_module_classes
+    attach_hooks(model, {"": "cpu"}, main, weights, {"cpu"}, offload_buffers, None, classes)
     return model
 
 
@@ -201,7 +225,8 @@ def disk_offload(
         write_tensors(offload_dir, model.state_dict())
     main = execution_device if execution_device is not None else default()
     weights = OffloadedWeights(folder=offload_dir)
-    attach_hooks(model, {"": "disk"}, main, weights, {"disk"}, offload_buffers)
+    classes = preload_module_classes
+    attach_hooks(model, {"": "disk"}, main, weights, {"disk"}, offload_buffers, None, classes)
     return model
 
 

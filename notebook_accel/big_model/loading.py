@@ -266,5 +266,6 @@ def load_checkpoint_and_dispatch(
         offload_dir=offload_folder,
         offload_buffers=offload_buffers,
         skip_keys=skip_keys,
+        preload_module_classes=preload_module_classes,
         force_hooks=force_hooks,
     )

@@ -153,3 +153,34 @@ def test_a_torch_file_loads_with_weights_only_and_a_pickle_is_refused(tmp_path: 
     torch.save({"transformer.wte.weight": Payload()}, tmp_path / "evil" / "pytorch_model.bin")
     with pytest.raises(pickle.UnpicklingError):
         load_checkpoint_in_model(meta, tmp_path / "evil")
+
+
+class ReadsItsChild(nn.Module):
+    """A forward that reads a child's weight without calling the child."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.inner.weight.T + self.inner.bias
+
+
+def test_preload_module_classes_lend_a_whole_subtree(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(ReadsItsChild(), nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    expected = model(x)
+    device_map = {"0": "disk", "1": "cpu"}
+    dispatch_model(model, device_map, offload_dir=tmp_path / "a")
+    with pytest.raises(RuntimeError):  # each module lends its own: the child's is not lent
+        model(x)
+    remove_hook_from_module(model, recurse=True)
+    torch.manual_seed(0)
+    model = nn.Sequential(ReadsItsChild(), nn.Linear(4, 2))
+    dispatch_model(
+        model, device_map, offload_dir=tmp_path / "b", preload_module_classes=["ReadsItsChild"]
+    )
+    assert model[0].inner.weight.is_meta
+    torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
+    assert model[0].inner.weight.is_meta

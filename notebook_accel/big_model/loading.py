@@ -8,8 +8,9 @@
            "disk"          -> written to the offload folder; the model keeps a meta tensor
       -> tied parameters made one again (or indexed together on disk)
 
-Tensors are read one by one (``pread`` into a fresh tensor, no file mapping), so the
-process holds the blocks kept in memory plus one tensor, never a whole shard.
+Tensors are read one by one (``pread`` into a fresh tensor, no file mapping), and those
+bound for disk are written at the end of each shard or every 64 MiB, so the process holds
+the blocks kept in memory plus at most 64 MiB, never a whole 5 GB shard.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ _log = logging.getLogger(__name__)
 
 _MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 _SINGLE = ("model.safetensors", "pytorch_model.bin")
+DISK_BATCH = 64 * 2**20  # bytes bound for disk held before they are written (one file)
 
 
 def checkpoint_files(checkpoint: str | os.PathLike[str]) -> list[Path]:
@@ -79,6 +81,18 @@ def _tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
 
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     yield from state.items()
+
+
+def _flush(
+    tensors: dict[str, torch.Tensor], folder: str | os.PathLike[str] | None, above: int
+) -> None:
+    """Write the tensors bound for disk once they take more than ``above`` bytes."""
+    if not tensors or sum(t.numel() * t.element_size() for t in tensors.values()) <= above:
+        return
+    if folder is None:
+        raise ConfigError("offload_folder", None, "a folder for the blocks on disk")
+    write_tensors(folder, tensors)
+    tensors.clear()
 
 
 def _target_dtype(
@@ -124,14 +138,13 @@ def load_checkpoint_in_model(
         >>> load_checkpoint_in_model(model, "ckpt/model.safetensors.index.json")
         ... # doctest: +SKIP
     """
-
     cast = as_dtype(dtype)
     ties = find_tied_parameters(model)
     state = model.state_dict(keep_vars=True)
     buffers = {name for name, _ in model.named_buffers()}
     unexpected: list[str] = []
+    to_disk: dict[str, torch.Tensor] = {}
     for path in checkpoint_files(checkpoint):
-        to_disk: dict[str, torch.Tensor] = {}
         for name, tensor in _tensors(path):
             if name not in state:
                 unexpected.append(name)
@@ -146,14 +159,11 @@ def load_checkpoint_in_model(
             if device == "disk" and (offload_buffers or name not in buffers):
                 to_disk[name] = tensor.to(new_dtype) if new_dtype is not None else tensor
                 set_module_tensor_to_device(model, name, "meta", dtype=new_dtype)
+                _flush(to_disk, offload_folder, DISK_BATCH)
                 continue
             device = "cpu" if device == "disk" else device
             set_module_tensor_to_device(model, name, device, value=tensor, dtype=new_dtype)
-        if to_disk:
-            if offload_folder is None:
-                raise ConfigError("offload_folder", None, "a folder for the blocks on disk")
-            write_tensors(offload_folder, to_disk)
-        del to_disk
+        _flush(to_disk, offload_folder, 0)  # a shard's at its end
     if strict and unexpected:
         raise ConfigError("checkpoint", str(checkpoint), "only the model's names", f"{unexpected}")
     if unexpected:

@@ -45,7 +45,8 @@ def write_tensors(
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
     index = read_index(root)
-    name = f"weights-{len(list(root.glob('weights-*.safetensors'))) + 1:05d}.safetensors"
+    taken = [int(path.stem.split("-")[1]) for path in root.glob("weights-[0-9]*.safetensors")]
+    name = f"weights-{max(taken, default=0) + 1:05d}.safetensors"
     unique: dict[str, torch.Tensor] = {}
     first: dict[tuple[int, tuple[int, ...], Any], str] = {}
     entries = {}

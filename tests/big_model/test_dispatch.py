@@ -184,3 +184,21 @@ def test_preload_module_classes_lend_a_whole_subtree(tmp_path: Path) -> None:
     assert model[0].inner.weight.is_meta
     torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
     assert model[0].inner.weight.is_meta
+
+
+def test_a_big_shard_goes_to_disk_in_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from notebook_accel.big_model import loading
+
+    config, _ = saved("gpt2", tmp_path / "ckpt", shard="10GB")  # one file
+    reference = build_loaded("gpt2", config, tmp_path / "ckpt")
+    monkeypatch.setattr(loading, "DISK_BATCH", 20_000)
+    dispatched = load_checkpoint_and_dispatch(
+        empty("gpt2", config),
+        tmp_path / "ckpt",
+        {"transformer.wte": "cpu", "transformer.wpe": "cpu", "transformer.h": "disk", "": "cpu"},
+        offload_folder=tmp_path / "offload",
+    )
+    assert len(list((tmp_path / "offload").glob("weights-*.safetensors"))) > 3
+    torch.testing.assert_close(logits(dispatched, TOKENS), logits(reference, TOKENS))

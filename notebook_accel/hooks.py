@@ -25,6 +25,11 @@ _EXPORTS = {
     "UserCpuOffloadHook": _HOOKS,
     "add_hook_to_module": _HOOKS,
     "remove_hook_from_module": _HOOKS,
+    "remove_hook_from_submodules": _HOOKS,
+    "send_to_device": "notebook_accel.big_model.moves",
+    "find_device": "notebook_accel.big_model.moves",
+    "named_module_tensors": "notebook_accel.big_model.tensors",
+    "set_module_tensor_to_device": "notebook_accel.big_model.tensors",
 }
 
 __all__ = sorted(_EXPORTS)

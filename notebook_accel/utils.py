@@ -46,10 +46,10 @@ _UTILS_ONLY = {
     "get_balanced_memory": f"{_BIG}.memory",
     "infer_auto_device_map": f"{_BIG}.device_map",
     "get_max_layer_size": f"{_BIG}.device_map",
-    "clean_device_map": f"{_BIG}.device_map",
     "load_checkpoint_in_model": f"{_BIG}.loading",
     "check_device_map": f"{_BIG}.dispatch",
     "offload_state_dict": f"{_BIG}.offload",
+    "extract_submodules_state_dict": f"{_BIG}.dispatch",
 }
 
 

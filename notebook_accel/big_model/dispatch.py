@@ -66,13 +66,25 @@ def check_device_map(model: nn.Module, device_map: DeviceMap) -> None:
         )
 
 
+def extract_submodules_state_dict(
+    state_dict: Mapping[str, torch.Tensor], submodule_names: list[str]
+) -> dict[str, torch.Tensor]:
+    """The entries of ``state_dict`` under the given modules (``""``: all of them).
+
+    Example:
+        >>> extract_submodules_state_dict(model.state_dict(), ["transformer.h.0"])
+        ... # doctest: +SKIP
+    """
+    return {
+        key: tensor.detach()
+        for key, tensor in state_dict.items()
+        if any(key == n or key.startswith(n + ".") or not n for n in submodule_names)
+    }
+
+
 def _state_of(model: nn.Module, names: list[str]) -> dict[str, torch.Tensor]:
     """The model's tensors under the given entries (a tied name is found under each)."""
-    found = {}
-    for key, tensor in model.state_dict(keep_vars=True).items():
-        if any(key == n or key.startswith(n + ".") or not n for n in names):
-            found[key] = tensor.detach()
-    return found
+    return extract_submodules_state_dict(model.state_dict(keep_vars=True), names)
 
 
 def attach_hooks(

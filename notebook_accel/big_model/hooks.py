@@ -17,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from notebook_accel.big_model.moves import input_device, send_to_device
+from notebook_accel.big_model.moves import find_device, send_to_device
 from notebook_accel.big_model.tensors import named_module_tensors, set_module_tensor_to_device
 
 if TYPE_CHECKING:
@@ -134,6 +134,16 @@ def remove_hook_from_module(module: nn.Module, recurse: bool = False) -> nn.Modu
     return module
 
 
+def remove_hook_from_submodules(module: nn.Module) -> None:
+    """Take the hooks off every submodule of ``module`` (not off ``module`` itself).
+
+    Example:
+        >>> remove_hook_from_submodules(model)  # doctest: +SKIP
+    """
+    for child in module.children():
+        remove_hook_from_module(child, recurse=True)
+
+
 class AlignDevicesHook(ModelHook):
     """Run a module on ``execution_device``; with ``offload``, lend it its weights per call.
 
@@ -208,7 +218,7 @@ class AlignDevicesHook(ModelHook):
 
     def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         if self.io_same_device:
-            self.input_device = input_device([args, kwargs])
+            self.input_device = find_device([args, kwargs])
         device = self.execution_device
         if self.offload and self.weights_map is not None:
             device = device if device is not None else "cpu"

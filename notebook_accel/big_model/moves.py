@@ -37,8 +37,13 @@ def send_to_device(data: Any, device: Any, skip_keys: str | list[str] | None = N
     return data
 
 
-def input_device(data: Any) -> Any:
-    """The device of the first tensor in ``data`` (``None`` where there is none)."""
+def find_device(data: Any) -> Any:
+    """The device of the first tensor in ``data`` (``None`` where there is none).
+
+    Example:
+        >>> find_device({"x": torch.ones(1)})  # doctest: +SKIP
+        device(type='cpu')
+    """
     import torch
 
     if isinstance(data, torch.Tensor):
@@ -46,7 +51,7 @@ def input_device(data: Any) -> Any:
     items = data.values() if isinstance(data, Mapping) else data
     if isinstance(items, list | tuple) or isinstance(data, Mapping):
         for item in items:
-            found = input_device(item)
+            found = find_device(item)
             if found is not None:
                 return found
     return None

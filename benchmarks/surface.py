@@ -3,9 +3,8 @@
 For each module that scripts import from (``accelerate``, ``accelerate.utils``, ``.state``,
 ...): accelerate's public names (``surface.accelerate_names``), how many resolve in the
 matching ``notebook_accel`` module as provided names, which it refuses on purpose (grouped
-by reason, ``refusals.py``), which belong to the big-model work
-(``_PROVIDED_ELSEWHERE_BIG_MODEL``: provided, or still to come), and any name that is neither
-(a silent gap: ``tests/test_surface.py`` fails then).
+by reason, ``refusals.py``), and any name that is neither (a silent gap:
+``tests/test_surface.py`` fails then).
 
     python benchmarks/surface.py                  # the counts and the refused names
     python benchmarks/surface.py --write-readme   # regenerate README's migration section
@@ -23,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from notebook_accel import surface  # noqa: E402
-from notebook_accel.refusals import _PROVIDED_ELSEWHERE_BIG_MODEL, Reason, Refused  # noqa: E402
+from notebook_accel.refusals import Reason, Refused  # noqa: E402
 
 
 def report() -> int:
@@ -35,25 +34,21 @@ def report() -> int:
     for theirs, ours in surface.SHIMS.items():
         names = surface.accelerate_names(theirs)
         module = importlib.import_module(ours)
-        provided, big_model, gaps = [], [], []
+        provided, gaps = [], []
         refused: dict[Reason, list[str]] = {}
         for name in names:
             value = getattr(module, name, None) if hasattr(module, name) else None
             if isinstance(value, type) and issubclass(value, Refused):
                 refused.setdefault(value._reason, []).append(name)
             elif hasattr(module, name):
-                (big_model if name in _PROVIDED_ELSEWHERE_BIG_MODEL else provided).append(name)
-            elif name in _PROVIDED_ELSEWHERE_BIG_MODEL:
-                big_model.append(f"{name} (not yet)")
+                provided.append(name)
             else:
                 gaps.append(name)
         count = sum(len(v) for v in refused.values())
         print(
             f"\n{theirs} -> {ours}: {len(names)} names; provided {len(provided)}, "
-            f"big-model work {len(big_model)}, refused {count}, silent gaps {len(gaps)}"
+            f"refused {count}, silent gaps {len(gaps)}"
         )
-        if big_model:
-            print(f"  big-model work: {', '.join(big_model)}")
         for reason, refused_names in refused.items():
             print(f"  refused ({reason.why}): {', '.join(refused_names)}")
         if gaps:

@@ -91,6 +91,14 @@ BIG_MODEL_HELPERS = Reason(
     "accelerate's big-model internals (device maps, offload files, tied weights)",
     "init_empty_weights, infer_auto_device_map, load_checkpoint_and_dispatch",
 )
+LAYERWISE_CASTING = Reason(
+    "accelerate's layerwise casting (weights stored in a lower dtype, upcast per layer)",
+    "mixed_precision='bf16' or 'fp16', or load the model in the dtype you want",
+)
+HOOK_ATTACHING = Reason(
+    "accelerate's lower-level hook attachment",
+    "dispatch_model, cpu_offload or disk_offload, which attach the hooks, or add_hook_to_module",
+)
 VERSIONS = Reason(
     "accelerate's version helpers", "packaging.version and importlib.metadata.version"
 )
@@ -205,15 +213,13 @@ REFUSED: dict[str, dict[str, Reason]] = {
         ),
         _group(
             BIG_MODEL_HELPERS,
-            "OffloadedWeightsLoader PrefixedDataset align_module_device calculate_maximum_sizes "
-            "check_device_map check_tied_parameters_in_config "
+            "OffloadedWeightsLoader PrefixedDataset align_module_device "
+            "calculate_maximum_sizes check_tied_parameters_in_config "
             "check_tied_parameters_on_same_device clean_state_dict_for_safetensors "
-            "compute_module_sizes convert_bytes convert_file_size_to_int dtype_byte_size "
-            "ensure_weights_retied extract_submodules_state_dict find_tied_parameters "
-            "get_max_layer_size get_max_memory get_module_children_bottom_up "
+            "convert_bytes ensure_weights_retied get_module_children_bottom_up "
             "has_offloaded_params id_tensor_storage load_offloaded_weight "
-            "load_offloaded_weights load_state_dict named_module_tensors offload_state_dict "
-            "offload_weight retie_parameters save_offload_index CustomDtype",
+            "load_offloaded_weights load_state_dict offload_weight save_offload_index "
+            "CustomDtype",
         ),
         _group(
             VERSIONS,
@@ -230,6 +236,23 @@ REFUSED: dict[str, dict[str, Reason]] = {
     "notebook_accel.state": _table(
         _group(SHARED_STATE, "SharedDict ThreadLocalSharedDict"),
         _group(INTERNALS, "do_nothing"),
+    ),
+    "notebook_accel.big_modeling": _table(
+        _group(
+            LAYERWISE_CASTING,
+            "LayerwiseCastingHook SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING "
+            "attach_layerwise_casting_hooks",
+        ),
+        _group(HOOK_ATTACHING, "attach_align_device_hook attach_align_device_hook_on_blocks"),
+    ),
+    "notebook_accel.hooks": _table(
+        _group(LAYERWISE_CASTING, "LayerwiseCastingHook"),
+        _group(
+            HOOK_ATTACHING,
+            "attach_align_device_hook attach_align_device_hook_on_blocks "
+            "attach_execution_device_hook",
+        ),
+        _group(INTERNALS, "get_non_persistent_buffers"),
     ),
     "notebook_accel.tracking": _table(
         _group(TRACKERS, "AimTracker ClearMLTracker CometMLTracker DVCLiveTracker SwanLabTracker"),
@@ -262,24 +285,6 @@ REFUSED: dict[str, dict[str, Reason]] = {
     "notebook_accel.logging": {},
     "notebook_accel.local_sgd": {},
 }
-
-# Names the big-model work (notebook_accel.big_modeling, notebook_accel.hooks: another
-# engineer's, in parallel) provides at these paths; neither provided nor refused here.
-_PROVIDED_ELSEWHERE_BIG_MODEL = frozenset(
-    {
-        "init_empty_weights",
-        "init_on_device",
-        "set_module_tensor_to_device",
-        "dispatch_model",
-        "cpu_offload",
-        "cpu_offload_with_hook",
-        "disk_offload",
-        "load_checkpoint_and_dispatch",
-        "load_checkpoint_in_model",
-        "infer_auto_device_map",
-        "get_balanced_memory",
-    }
-)
 
 
 class Refused:

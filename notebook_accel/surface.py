@@ -32,6 +32,8 @@ SHIMS = {
     "accelerate.tracking": "notebook_accel.tracking",
     "accelerate.logging": "notebook_accel.logging",
     "accelerate.local_sgd": "notebook_accel.local_sgd",
+    "accelerate.big_modeling": "notebook_accel.big_modeling",
+    "accelerate.hooks": "notebook_accel.hooks",
 }
 
 # notebook_accel's own public names, which are not accelerate's: the package and utils carry

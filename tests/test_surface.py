@@ -18,21 +18,16 @@ import pytest
 
 from notebook_accel import NotebookAccelError, refusals, surface
 from notebook_accel.errors import NotProvidedError
-from notebook_accel.refusals import _PROVIDED_ELSEWHERE_BIG_MODEL, Refused
+from notebook_accel.refusals import Refused
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 MODULES = sorted(surface.SHIMS.items())
 
 
-def gaps(ours: str, names: list[str]) -> tuple[list[str], list[str]]:
-    """(names that resolve neither as provided nor as refused, big-model names not there yet)."""
+def gaps(ours: str, names: list[str]) -> list[str]:
+    """The names that resolve neither as provided nor as refused."""
     module = importlib.import_module(ours)
-    missing, waiting = [], []
-    for name in names:
-        if hasattr(module, name):
-            continue
-        (waiting if name in _PROVIDED_ELSEWHERE_BIG_MODEL else missing).append(name)
-    return missing, waiting
+    return [name for name in names if not hasattr(module, name)]
 
 
 @pytest.mark.parametrize(("theirs", "ours"), MODULES)
@@ -40,18 +35,15 @@ def test_every_public_name_of_accelerate_resolves_here(theirs: str, ours: str) -
     pytest.importorskip("accelerate")
     names = surface.accelerate_names(theirs)
     assert names, theirs
-    missing, waiting = gaps(ours, names)
+    missing = gaps(ours, names)
     assert not missing, f"{ours} neither provides nor refuses: {missing}"
-    if waiting:
-        pytest.skip(f"in _PROVIDED_ELSEWHERE_BIG_MODEL, not at {ours} yet: {waiting}")
 
 
 def test_the_gap_check_fails_on_a_name_nobody_listed() -> None:
-    missing, waiting = gaps(
+    missing = gaps(
         "notebook_accel.utils", ["gather", "MegatronLMPlugin", "no_such_name", "dispatch_model"]
     )
     assert missing == ["no_such_name"]
-    assert waiting in ([], ["dispatch_model"])  # the big-model work may have landed
 
 
 @pytest.mark.parametrize(("theirs", "ours"), MODULES)
@@ -72,7 +64,6 @@ def test_no_name_is_both_provided_and_refused(ours: str) -> None:
     own = set(getattr(module, "_EXPORTS", {})) | set(getattr(module, "_UTILS_ONLY", {}))
     both = own & set(refusals.REFUSED[ours])
     assert not both, f"{ours} provides {sorted(both)}: take them off refusals.REFUSED"
-    assert not _PROVIDED_ELSEWHERE_BIG_MODEL & set(refusals.REFUSED[ours])
 
 
 def test_a_refused_name_imports_and_says_why_when_used() -> None:

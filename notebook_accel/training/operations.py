@@ -14,12 +14,12 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
 
 from .. import env
+from ..big_model.moves import send_to_device
 from . import collectives
 from . import compile as compiling
 from .precision.modes import AutocastForward
@@ -92,45 +92,6 @@ def wait_for_everyone() -> None:
     group if none exists yet; TPU devices driven by threads meet through torch_xla.
     """
     PartialState().wait_for_everyone()
-
-
-def send_to_device(
-    tensor: Any,
-    device: torch.device | str | int,
-    non_blocking: bool = False,
-    skip_keys: str | list[str] | None = None,
-) -> Any:
-    """Move the tensors of nested lists, tuples and mappings to ``device``.
-
-    Anything with a ``.to`` method moves itself (a ``BatchEncoding``, a module); a mapping's
-    values under ``skip_keys`` stay where they are; other objects come back unchanged.
-
-    Example:
-        >>> send_to_device({"x": torch.ones(2), "n": 3}, "cpu")
-        {'x': tensor([1., 1.]), 'n': 3}
-    """
-    if hasattr(tensor, "to") and not isinstance(tensor, type):
-        try:
-            return tensor.to(device, non_blocking=non_blocking)
-        except TypeError:  # a .to that takes no non_blocking
-            return tensor.to(device)
-    if isinstance(tensor, list | tuple):
-        moved = [send_to_device(t, device, non_blocking, skip_keys) for t in tensor]
-        if isinstance(tensor, tuple) and hasattr(tensor, "_fields"):  # a namedtuple
-            return type(tensor)(*moved)
-        return type(tensor)(moved)
-    if isinstance(tensor, Mapping):
-        skipped = [skip_keys] if isinstance(skip_keys, str) else (skip_keys or [])
-        kind: Any = type(tensor)  # a dict, or a dict-like (transformers' BatchEncoding)
-        return kind(
-            {
-                key: value
-                if key in skipped
-                else send_to_device(value, device, non_blocking, skip_keys)
-                for key, value in tensor.items()
-            }
-        )
-    return tensor
 
 
 def _inner(model: torch.nn.Module) -> torch.nn.Module | None:

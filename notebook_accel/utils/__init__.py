@@ -65,6 +65,14 @@ _MORE = {
     "notebook_accel.config": "PrecisionType write_basic_config",
     "notebook_accel.env": "patch_environment str_to_bool parse_flag_from_env "
     "parse_choice_from_env get_int_from_env",
+    "notebook_accel.big_model.tensors": "compute_module_sizes convert_file_size_to_int "
+    "dtype_byte_size find_tied_parameters named_module_tensors retie_parameters "
+    "set_module_tensor_to_device",
+    "notebook_accel.big_model.memory": "get_max_memory get_balanced_memory",
+    "notebook_accel.big_model.device_map": "infer_auto_device_map get_max_layer_size",
+    "notebook_accel.big_model.loading": "load_checkpoint_in_model",
+    "notebook_accel.big_model.dispatch": "check_device_map extract_submodules_state_dict",
+    "notebook_accel.big_model.offload": "offload_state_dict",
 }
 _UTILS_ONLY.update({name: module for module, names in _MORE.items() for name in names.split()})
 

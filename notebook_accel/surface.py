@@ -120,9 +120,7 @@ def render_migration() -> str:
         "Per module: the names provided, then accelerate's names that are not, by reason. A",
         "name not provided imports fine (`from notebook_accel.utils import X`, `hasattr`) but",
         "raises `NotProvidedError` (a `NotebookAccelError`) saying why and what to use",
-        "instead when called. Big-model loading (`init_empty_weights`,",
-        "`load_checkpoint_and_dispatch`, ..., `notebook_accel.big_modeling`,",
-        "`notebook_accel.hooks`) is another part of the work and listed with it.",
+        "instead when called.",
         "",
     ]
     for theirs, ours in SHIMS.items():

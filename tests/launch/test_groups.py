@@ -11,7 +11,14 @@ from notebook_accel import debug_launcher
 from .helpers import socket_inodes
 
 
-def _groups_one_after_another(count: int) -> list[float]:
+def _groups_one_after_another(count: int, gate: str | None = None) -> list[float]:
+    """``count`` groups in turn, each summing its ranks' ``i + 1``. With ``gate`` (a folder),
+    rank 0 marks each destroy there and the other ranks meet again only once it has: a store
+    whose server rank 0 hosts goes with that destroy (torch's own race otherwise: the next
+    init meets in the closing server, "Broken pipe")."""
+    import os
+    import time
+
     import torch
     import torch.distributed as dist
 
@@ -23,6 +30,12 @@ def _groups_one_after_another(count: int) -> list[float]:
         sums.append(value.item())
         dist.destroy_process_group()
         assert not dist.is_initialized()
+        if gate is not None:
+            destroyed = Path(gate, str(i))
+            if os.environ["RANK"] == "0":
+                destroyed.touch()
+            while not destroyed.exists():
+                time.sleep(0.01)
     return sums
 
 
@@ -65,34 +78,13 @@ def test_destroyed_groups_wait_for_the_exit_but_only_a_few() -> None:
 
 def _torch_store_twice(port: int, gate: str) -> list[float]:
     import os
-    import time
-    from pathlib import Path
-
-    import torch
-    import torch.distributed as dist
 
     # torch's own env:// (a TCPStore that rank 0 hosts at MASTER_PORT), twice on one port: a
     # group over a store that is not the launch's is torn down by its destroy, as in torch.
     del os.environ["NOTEBOOK_ACCEL_STORE"]
     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
     os.environ["MASTER_PORT"] = str(port)
-    rank = int(os.environ["RANK"])
-    sums = []
-    for i in range(2):
-        dist.init_process_group("gloo")
-        value = torch.tensor([float(i + 1)])
-        dist.all_reduce(value)
-        sums.append(value.item())
-        dist.destroy_process_group()
-        assert not dist.is_initialized()
-        # The store's server goes with rank 0's destroy: the other rank meets again once it
-        # has gone, not in the closing one (torch's own race: "Broken pipe" at the next init)
-        destroyed = Path(gate, str(i))
-        if rank == 0:
-            destroyed.touch()
-        while not destroyed.exists():
-            time.sleep(0.01)
-    return sums
+    return _groups_one_after_another(2, gate)
 
 
 def test_a_group_over_torchs_own_store_is_torn_down_by_its_destroy(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ length is ``_authkey_len`` there).
       start_resource_tracker        key (_forkserver_authkey, main's  torch, 2-4 s)
       unix_listener_address         authkey_r, _AUTHKEY_LEN or
                                     _authkey_len), both or neither
-    forkserver_lock, _pid        ForkServer's _lock, _forkserver_pid  a lock of this module;
-                                                                      None
+    forkserver_lock, _pid,       ForkServer's _lock, _forkserver_pid, a lock of this module;
+      _alive_fd                    _forkserver_alive_fd                None
     is_abstract                  util.is_abstract_socket_namespace   a leading NUL, as Linux's
     idle pool's hand-over        context.set_spawning_popen, a        fd_hand_over_possible()
       (idle.py) dumps_with_fds     reduction.DupFd that asks the        says no: no idle pool,
@@ -50,6 +50,7 @@ __all__ = [
     "dumps_with_fds",
     "fd_hand_over_possible",
     "forget_running_loop",
+    "forkserver_alive_fd",
     "forkserver_lock",
     "forkserver_pid",
     "new_forkserver_key",
@@ -102,6 +103,15 @@ def forkserver_pid() -> int | None:
     """
     pid = getattr(_server(), "_forkserver_pid", None)
     return pid if isinstance(pid, int) else None
+
+
+def forkserver_alive_fd() -> int | None:
+    """The write end of the pipe whose EOF ends this process's forkserver, if one was started.
+
+    Relies on ForkServer's ``_forkserver_alive_fd`` (None where it is not an int).
+    """
+    fd = getattr(_server(), "_forkserver_alive_fd", None)
+    return fd if isinstance(fd, int) else None
 
 
 def _key_length() -> int | None:

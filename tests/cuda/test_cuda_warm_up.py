@@ -1,7 +1,8 @@
 """CUDA used in the notebook before the launcher is imported: the forkserver that the import
 starts early (forkserver.warm_up_early) is then not a fork of the notebook (the zygote, where
 CUDA is not in use) but a fresh interpreter, so the workers it forks initialise CUDA
-themselves (a fork of this process could not)."""
+themselves (a fork of this process could not). A library imported after that does not make
+the launch fork this process either (forkserver.renew refuses where CUDA is in use)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ def test_cuda_initialised_before_the_launcher_is_imported_stays_out_of_the_worke
         "from notebook_accel import notebook_launcher\n"
         "from notebook_accel.launch.local import forkserver as warm\n"
         "warm._early.join()\n"
+        # a library imported after the launcher: still no fork of this process (its CUDA)
+        "import tempfile, sys\n"
+        "folder = tempfile.mkdtemp()\n"
+        "open(os.path.join(folder, 'imported_later.py'), 'w').close()\n"
+        "sys.path.insert(0, folder)\n"
+        "import imported_later\n"
         "def work():\n"
         "    import os, torch\n"
         "    before = torch.cuda.is_initialized()\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 from multiprocessing import forkserver
 
 import psutil
@@ -56,3 +57,15 @@ def listening_ports(pid: int | str = "self") -> set[int]:
             if cols[3] == "0A" and cols[9] in mine:  # 0A: LISTEN
                 ports.add(int(cols[1].rsplit(":", 1)[1], 16))
     return ports
+
+
+def ends(pid: int, within: float = 60.0) -> bool:
+    """Waits for process ``pid`` to end (its pidfd becomes readable): whether it did."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], within)[0])
+    finally:
+        os.close(fd)

@@ -6,11 +6,11 @@ pool is for callers whose ``__main__`` has no file: under pytest it stays off)."
 from __future__ import annotations
 
 import json
-import os
-import select
 import subprocess
 import sys
 import textwrap
+
+from tests.launch.helpers import ends
 
 _LAUNCH = textwrap.dedent("""
     import json, os, select, signal, sys
@@ -36,17 +36,6 @@ def _run(code: str) -> list[dict[str, object]]:
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-
-
-def _ends(pid: int, within: float = 60.0) -> bool:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], within)[0])
-    finally:
-        os.close(fd)
 
 
 def test_the_next_launch_runs_on_the_fresh_pre_forked_workers() -> None:
@@ -101,7 +90,7 @@ def test_the_pre_forked_workers_end_with_the_notebook() -> None:
     """)[0]
     assert len(seen["idle"]) == 2
     for pid in seen["idle"]:
-        assert _ends(pid)
+        assert ends(pid)
 
 
 def test_a_script_with_a_file_gets_no_pre_forked_workers(tmp_path: object) -> None:

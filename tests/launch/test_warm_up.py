@@ -9,16 +9,16 @@ from __future__ import annotations
 import ast
 import json
 import os
-import select
 import subprocess
 import sys
 from typing import Any
 
 from tests import kernelspec
+from tests.launch.helpers import ends
 
 # Imports the launcher, waits until the early start has happened, prints the server's pid.
 _STARTED = (
-    "import json, os\n"
+    "import json, os, sys\n"
     "from notebook_accel import notebook_launcher\n"
     "from multiprocessing import forkserver\n"
     "from notebook_accel.launch.local import forkserver as warm\n"
@@ -37,19 +37,6 @@ def _python(code: str, **extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _ends(pid: int, within: float = 120.0) -> bool:
-    """Waits for process ``pid`` to end (its pidfd becomes readable): whether it did."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        ready, _, _ = select.select([fd], [], [], within)
-        return bool(ready)
-    finally:
-        os.close(fd)
-
-
 def test_importing_the_launcher_starts_the_forkserver_silently_and_it_ends_with_us() -> None:
     done = _python(_STARTED)
     assert done.returncode == 0, done.stderr
@@ -58,7 +45,7 @@ def test_importing_the_launcher_starts_the_forkserver_silently_and_it_ends_with_
     seen = json.loads(line)
     assert seen["thread"] and seen["server"]
     # The interpreter exited while its forkserver may still be importing torch: it goes too.
-    assert _ends(seen["server"])
+    assert ends(seen["server"])
 
 
 def test_the_switch_keeps_the_forkserver_from_starting_early() -> None:
@@ -81,22 +68,46 @@ def test_importing_the_package_alone_starts_nothing() -> None:
 
 
 def test_the_first_launch_forks_its_workers_from_the_server_started_early() -> None:
-    # Torch imported, and used, here before the launch: the workers are the children of the
+    # Torch is never imported here (only in the workers): the workers are the children of the
     # server the import started, a fresh interpreter, never forks of this process.
+    code = _STARTED + (
+        "def parent():\n"
+        "    import os, torch\n"
+        "    return os.getppid()\n"
+        "parents = notebook_launcher(parent, num_processes=2, hardware='cpu', output='none')\n"
+        "server = open(f'/proc/{parents[0]}/cmdline').read()\n"
+        "print(json.dumps({'parents': parents, 'me': os.getpid(), 'server': server,"
+        " 'torch': 'torch' in sys.modules}))\n"
+    )
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    started, launched = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert launched["torch"] is False
+    assert launched["parents"] == [started["server"]] * 2
+    assert started["server"] != launched["me"]
+    assert "from multiprocessing.forkserver import main" in launched["server"]  # a fresh one
+
+
+def test_torch_imported_after_the_early_start_makes_the_launch_s_server_a_fork() -> None:
+    # Torch imported (and used) here after the early start: the fresh server lacks what this
+    # process has, so the launch forks this process as the forkserver (a zygote) and the
+    # early one is retired, gone once its idle workers are.
     code = _STARTED + (
         "import torch\n"
         "torch.manual_seed(0)\n"
         "parents = notebook_launcher(os.getppid, num_processes=2, hardware='cpu',"
         " output='none')\n"
         "server = open(f'/proc/{parents[0]}/cmdline').read()\n"
-        "print(json.dumps({'parents': parents, 'me': os.getpid(), 'server': server}))\n"
+        "fork = server == open('/proc/self/cmdline').read()\n"
+        "print(json.dumps({'parents': parents, 'me': os.getpid(), 'fork': fork}))\n"
     )
     done = _python(code)
     assert done.returncode == 0, done.stderr
     started, launched = (json.loads(line) for line in done.stdout.splitlines()[-2:])
-    assert launched["parents"] == [started["server"]] * 2
-    assert started["server"] != launched["me"]
-    assert "from multiprocessing.forkserver import main" in launched["server"]  # a fresh one
+    [parent] = set(launched["parents"])
+    assert parent != started["server"] and parent != launched["me"]
+    assert launched["fork"]
+    assert ends(started["server"]) and ends(parent)
 
 
 def test_in_a_real_kernel_the_early_start_prints_nothing_and_leaves_nothing() -> None:
@@ -127,7 +138,7 @@ def test_in_a_real_kernel_the_early_start_prints_nothing_and_leaves_nothing() ->
     assert fork is True  # torch was imported first: the forkserver is the kernel's zygote
     assert _text(cells[3]) == "[(1, True, True), (1, True, True)]"
     # run_cells shut the kernel down: its forkserver (and the workers') are gone with it.
-    assert _ends(server)
+    assert ends(server)
 
 
 def _outputs(cell: Any) -> list[Any]:
@@ -151,7 +162,13 @@ _ZYGOTE = (
     "from notebook_accel import notebook_launcher\n"
     "warm._early.join()\n"
     "from multiprocessing import forkserver\n"
-    "server = forkserver._forkserver._forkserver_pid\n"
+    "early = forkserver._forkserver._forkserver_pid\n"
+    # a module imported after the launcher: the zygote is forked again, the fallback is not
+    "import tempfile\n"
+    "folder = tempfile.mkdtemp()\n"
+    "open(os.path.join(folder, 'imported_later.py'), 'w').close()\n"
+    "sys.path.insert(0, folder)\n"
+    "import imported_later\n"
     "def work():\n"
     "    import os, torch, torch.distributed as dist\n"
     "    dist.init_process_group('gloo')\n"
@@ -159,8 +176,9 @@ _ZYGOTE = (
     "    dist.all_reduce(t)\n"
     "    return t.item(), os.getppid()\n"
     "out = notebook_launcher(work, num_processes=2, hardware='cpu', output='none')\n"
+    "server = forkserver._forkserver._forkserver_pid\n"
     "command = open(f'/proc/{server}/cmdline').read()\n"
-    "print(json.dumps({'out': out, 'server': server, 'me': os.getpid(),"
+    "print(json.dumps({'out': out, 'server': server, 'early': early, 'me': os.getpid(),"
     " 'fork': command == open('/proc/self/cmdline').read(),"
     " 'cuda': torch.cuda.is_initialized()}))\n"
 )
@@ -179,7 +197,7 @@ def _zygote_run(branch: str) -> dict[str, Any]:
     assert done.stderr == ""
     [line] = done.stdout.splitlines()  # nothing else printed
     seen: dict[str, Any] = json.loads(line)
-    assert _ends(seen["server"])  # gone with the process, either way
+    assert ends(seen["server"]) and ends(seen["early"])  # gone with the process, either way
     return seen
 
 
@@ -187,10 +205,12 @@ def test_torch_imported_first_makes_the_forkserver_a_fork_of_the_notebook() -> N
     seen = _zygote_run("zygote")
     assert seen["fork"]  # this process's command line: a fork of it
     assert seen["out"] == [[2.0, seen["server"]]] * 2  # the workers are the zygote's
+    assert seen["server"] != seen["early"]  # forked again after the module's import
     assert seen["cuda"] is False
 
 
 def test_cuda_in_use_in_the_notebook_falls_back_to_a_fresh_forkserver() -> None:
     seen = _zygote_run("force_cuda")
     assert not seen["fork"]  # a fresh interpreter: nothing of this process's CUDA state
+    assert seen["server"] == seen["early"]  # never replaced by a fork, imports or not
     assert seen["out"] == [[2.0, seen["server"]]] * 2

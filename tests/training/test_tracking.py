@@ -142,14 +142,17 @@ def test_trackio_local_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     import importlib
 
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
-    results = debug_launcher(train_and_log, args=("trackio", None))
-    _check_ranks(results, "TrackioTracker")
     import trackio.utils
 
-    importlib.reload(trackio.utils)  # it reads TRACKIO_DIR when imported
+    # It reads TRACKIO_DIR when imported, and the workers are forks of this process made at
+    # the launch (forkserver.renew): a module imported here comes as it is here, as with
+    # accelerate's fork launcher. Read again now, it has the test's folder in both.
+    importlib.reload(trackio.utils)
     from trackio import sqlite_storage
 
     importlib.reload(sqlite_storage)
+    results = debug_launcher(train_and_log, args=("trackio", None))
+    _check_ranks(results, "TrackioTracker")
     storage = sqlite_storage.SQLiteStorage
     assert storage.get_project_db_path("proj").parent == tmp_path / "trackio"
     (run,) = storage.get_runs("proj")

@@ -43,7 +43,7 @@ from ..show.display import Display
 from ..wire.outcome import is_collateral, rebuild
 from ..wire.payload import Payload
 from ..wire.transport import unpack
-from .forkserver import context, main_hidden
+from .forkserver import context, main_hidden, starting
 from .idle import discard, hand_over, idle_pool
 
 __all__ = ["Engine", "Rank"]
@@ -190,7 +190,8 @@ class Engine:
         return None
 
     def start(self) -> None:
-        with main_hidden():
+        # The forkserver is not renewed while the ranks are handed to workers (forkserver.py).
+        with starting(), main_hidden():
             for local_rank in range(self.layout.num_processes):
                 self.ranks.append(self._start_one(local_rank))
                 self.display.rank_state(self.ranks[-1].rank, "running")

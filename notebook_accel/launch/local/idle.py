@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -38,6 +39,7 @@ from ...private import cpython
 __all__ = ["IdlePool", "Passed", "discard", "hand_over", "idle_pool", "main_has_file"]
 
 _MAX_IDLE = 64  # pre-forked workers kept at most
+_TAKE_WAIT = 60.0  # seconds a launch waits for a fill's next worker before forking its own
 
 
 # -- the worker's end ---------------------------------------------------------------------
@@ -115,17 +117,28 @@ class IdlePool:
         self._starting: Connection | None = None  # the control pipe of a start under way
         self._exit_hook = False
         self._closed = False
+        self._size = 0  # the last fill's size: a renewal fills that many again
+        self._generation = 0  # bumped when the forkserver is renewed (renewed)
+        self._changed = threading.Condition(self._lock)  # a worker is ready, or a fill ended
+        self._fill_running = False
 
     def take(self) -> tuple[BaseProcess, Connection] | None:
-        """A live idle worker and its control pipe, or None."""
+        """A live idle worker and its control pipe, or None. While a fill is under way (a
+        launch right after a renewal, or after the last launch), its next worker: the same
+        fork the launch would ask for, not a second one beside it on the same cores."""
+        deadline = time.monotonic() + _TAKE_WAIT
         with self._lock:
-            while self._ready:
-                process, control = self._ready.pop(0)
-                # An idle worker never writes: something to read is the EOF of its death.
-                if process.exitcode is None and not _readable(control):
-                    return process, control
-                discard(process, control)
-        return None
+            while True:
+                while self._ready:
+                    process, control = self._ready.pop(0)
+                    # An idle worker never writes: something to read is the EOF of its death.
+                    if process.exitcode is None and not _readable(control):
+                        return process, control
+                    discard(process, control)
+                left = deadline - time.monotonic()
+                if not self._fill_running or left <= 0:
+                    return None
+                self._changed.wait(left)
 
     def fill(self, ctx: multiprocessing.context.BaseContext, size: int) -> None:
         """Fork idle workers up to ``size`` in the background (at most one filling at once).
@@ -137,6 +150,7 @@ class IdlePool:
             return
         size = min(size, _MAX_IDLE)
         with self._lock:
+            self._size = size
             if self._closed or (self._filling is not None and self._filling.is_alive()):
                 return
             if not self._exit_hook:
@@ -145,9 +159,18 @@ class IdlePool:
             self._filling = threading.Thread(
                 target=self._fill, args=(ctx, size), name="notebook-accel-idle", daemon=True
             )
+            self._fill_running = True
             self._filling.start()
 
     def _fill(self, ctx: multiprocessing.context.BaseContext, size: int) -> None:
+        try:
+            self._fill_up(ctx, size)
+        finally:
+            with self._lock:
+                self._fill_running = False
+                self._changed.notify_all()
+
+    def _fill_up(self, ctx: multiprocessing.context.BaseContext, size: int) -> None:
         while True:
             with self._lock:
                 if self._closed or len(self._ready) >= size:
@@ -155,6 +178,7 @@ class IdlePool:
             theirs, ours = ctx.Pipe(duplex=True)
             with self._lock:
                 self._starting = ours
+                generation = self._generation
             # Daemonic while idle: an interpreter's exit ends it without waiting (a worker
             # that got a launch is an ordinary process again, wait_for_launch).
             process = ctx.Process(  # type: ignore[attr-defined]
@@ -175,7 +199,24 @@ class IdlePool:
                 if self._closed:  # this process is exiting: it ends at our EOF
                     ours.close()
                     return
+                if generation != self._generation:  # forked by a server since replaced
+                    ours.close()
+                    continue
                 self._ready.append((process, ours))
+                self._changed.notify_all()
+
+    def renewed(self, ctx: multiprocessing.context.BaseContext) -> None:
+        """The forkserver was replaced (forkserver.renew): the idle workers of the old one
+        end (EOF on their control pipe; never handed a launch), and as many are forked by
+        the new one in the background."""
+        with self._lock:
+            self._generation += 1
+            ready, self._ready = self._ready, []
+            size = self._size
+        for _, control in ready:
+            control.close()  # each exits at this EOF; its server collects it
+        if size:
+            self.fill(ctx, size)
 
     def settle(self, timeout: float | None = None) -> None:
         """Wait until a fill under way has ended (tests count processes and fds)."""

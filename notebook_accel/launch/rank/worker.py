@@ -39,6 +39,7 @@ from typing import Any, NoReturn
 from ... import env
 from ...errors import SharedMemoryError
 from ...hardware import usable_cores
+from ...private import accelerate as private_accelerate
 from ...private import cpython
 from ...quiet import quiet_torchao
 from ...reporting.channel import Failure, Result, Sender
@@ -289,6 +290,12 @@ def start(
     marks = line_buffered_stdio()
     _watch_lifeline(lifeline)
     _plain_start_method()
+    # A fork of a caller that built an Accelerator (ours or accelerate's) inherits what it
+    # noted: this is a new process, in a new job.
+    private_accelerate.forget_state()
+    ours = sys.modules.get("notebook_accel.training.accelerator_state")
+    if ours is not None:
+        ours.AcceleratorState._reset_state()
     env.install(payload.environ, worker)
     from .worker_store import route  # imports torch.distributed: not in the notebook
 

@@ -57,6 +57,7 @@ __all__ = [
     "set_shared_cache_limit",
     "shared_cache_info",
     "transport",
+    "unmap_inherited",
 ]
 
 DEFAULT_SHARE = 0.25  # of the machine's memory: the cache's default limit
@@ -91,15 +92,47 @@ def _in_chunks(work: Callable[[int, int], int], nbytes: int) -> list[int]:
         return list(pool.map(lambda chunk: work(*chunk), chunks))
 
 
+_PREFIX = "notebook-accel-"  # every segment's name starts with it (its maps line shows it)
+
+
 def _new_fd(kind: str) -> int:
     """An anonymous shared-memory file: memfd where the OS has it, else an unlinked file."""
-    name = f"notebook-accel-{os.getpid()}-{kind}"
+    name = f"{_PREFIX}{os.getpid()}-{kind}"
     if hasattr(os, "memfd_create"):
         with contextlib.suppress(OSError):
             return os.memfd_create(name, os.MFD_CLOEXEC)
     fd, path = tempfile.mkstemp(prefix=name)
     os.unlink(path)
     return fd
+
+
+def unmap_inherited() -> None:
+    """In a fork of a process that maps segments (forkserver.py's zygote, a fork of the
+    notebook made after launches): unmap them all here, so that the fork and its workers
+    never hold a launch's memory (the cache's copies, results the notebook keeps) after the
+    notebook lets it go. Nothing here uses them: the workers get their launch's segments
+    anew. Found by name in ``/proc/self/maps``; unmapped with libc's munmap. The inherited
+    cache (and its lock, which a thread may have held at the fork) is forgotten."""
+    global _cache, _cache_lock
+    _cache, _cache_lock = None, threading.Lock()
+    munmap = getattr(_libc, "munmap", None)
+    if munmap is None:
+        return
+    munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6:
+            continue
+        path = fields[5]
+        # "/memfd:notebook-accel-<pid>-<kind> (deleted)", or an unlinked file's path
+        if path.startswith("/memfd:" + _PREFIX) or path.rpartition("/")[2].startswith(_PREFIX):
+            start, end = (int(bound, 16) for bound in fields[0].split("-"))
+            munmap(start, end - start)
 
 
 def _punch(fd: int, offset: int, length: int) -> None:

@@ -15,6 +15,9 @@ GLUE MRPC / wikitext, a word-level tokenizer, tiny BERT / GPT-2 built from confi
 fixed seed, the exact glue/mrpc metric), installed by a ``sitecustomize`` on the run's
 PYTHONPATH, so the examples' workers get them too. The network is off (HF_HUB_OFFLINE=1).
 
+Each run is timed end to end, from its process's start to its exit (the table's last two
+columns), as ``python train.py`` would be: the harness's ``__main__`` is a file.
+
 From each run's output: the per-epoch lines the examples print (``epoch N: {...}``; the
 autoregressive example's every update step: loss and grad norm), TensorBoard's ``train_loss``
 where the example logs it, and a hash of the final weights (printed at ``end_training`` by
@@ -23,6 +26,16 @@ relative, weights equal), ``differs``, or ``fails (<side>: <error line>)``. The 
 example also runs resumed from its epoch-0 checkpoint (its note says whether each framework
 resumes to its own uninterrupted run), and the DeepSpeed example once more with DeepSpeed on
 (accelerate's ZeRO-2 template, fp16 off).
+
+End to end, 2026-12-04 (this 2-core machine, load 0.4-2.4: tests ran beside), seconds,
+accelerate / ours. Before forkserver.renew, our workers came from a fresh forkserver and
+imported the example's libraries again (transformers, datasets, evaluate): nlp_example 7.5 /
+10.5, complete_nlp_example 11.0 / 13.4, checkpointing 6.8 / 9.4, ddp_comm_hook 7.3 / 9.1,
+early_stopping 8.1 / 9.0, memory 7.2 / 9.7, multi_process_metrics 7.1 / 13.7, schedule_free
+10.6 / 13.3 (on 2026-12-03, with a ``python -c`` harness: up to 9 / 29). After (the launch
+forks the script, as accelerate's fork launcher does): ours within accelerate's + 1 s on all
+17 examples and at or under it on 15 (checkpointing 7.0 / 7.4, deepspeed 10.0 / 10.3;
+complete_nlp_example 11.7 / 9.4, memory 8.2 / 5.5), the same numbers on both sides.
 
 Run: ``python benchmarks/accelerate_examples.py --examples /path/to/accelerate/examples
 [--only nlp_example,checkpointing] [--out table.md]`` (needs ``.[bench]``: accelerate,
@@ -284,8 +297,7 @@ def run_one(
     argv = [arg.replace("{work}", str(work)) for arg in argv]
     command = [
         sys.executable,
-        "-c",
-        "import run_example; run_example.cli()",
+        str(STANDINS / "run_example.py"),  # __main__ is a file, as in `python train.py`
         "--framework",
         framework,
         "--module",
@@ -391,17 +403,22 @@ def resume_note(runs: dict[str, dict[str, Run]]) -> str:
 
 def table(runs: dict[str, dict[str, Run]]) -> str:
     lines = [
-        "| example | accelerate per-epoch metrics | ours | verdict |",
-        "|---|---|---|---|",
+        "| example | accelerate per-epoch metrics | ours | verdict | seconds: accelerate | ours |",
+        "|---|---|---|---|---|---|",
     ]
     for name, pair in runs.items():
         ref, ours = pair["accelerate"], pair["ours"]
         cell = verdict(ref, ours)
         if name == RESUMED and "checkpointing" in runs:
             cell += f" [{resume_note(runs)}]"
-        row = [name, summary(ref), summary(ours), cell]
+        row = [name, summary(ref), summary(ours), cell, _seconds(ref), _seconds(ours)]
         lines.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in row) + " |")
     return "\n".join(lines)
+
+
+def _seconds(run: Run) -> str:
+    """The run's end-to-end time (process start to exit), and whether it exited by itself."""
+    return f"{run.seconds:.1f}" + (" (stopped: hung)" if run.returncode is None else "")
 
 
 def _plan(only: list[str]) -> list[tuple[str, list[str]]]:

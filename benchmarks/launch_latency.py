@@ -17,6 +17,7 @@ Timed from the launcher's call to its return.
     python benchmarks/launch_latency.py            # needs the `bench` extra
     python benchmarks/launch_latency.py --num-processes 2 --num-processes 16
     python benchmarks/launch_latency.py --num-processes 16 --breakdown
+    python benchmarks/launch_latency.py --after-imports     # only the rows after the imports
 
 Measured on 2026-12-02, this 2-core machine with nothing else running (load 0.4-1.5), after
 destroyed gloo groups were left to the workers' exit (launch/rank/worker_store.py):
@@ -32,6 +33,34 @@ destroyed gloo groups were left to the workers' exit (launch/rank/worker_store.p
 
 Before that change, the same day: warm 43 ms (0.31x) at 2 processes and 252-285 ms (0.55x) at
 16: the function's destroy_process_group spent ~10 ms per rank in gloo's teardown.
+
+After ``import transformers`` (``--after-imports``: only these rows; they follow the others
+otherwise), at the first ``--num-processes``: each launcher in a fresh Jupyter kernel (real,
+over Unix sockets) and in a script file, as a user has them.
+
+- kernel: a cell imports torch and the launcher; a cell launches ``work`` 5 times (0.5 s
+  apart, the first at once); a cell imports transformers and datasets (and BERT's classes);
+  a cell launches ``bert_work`` (a tiny BERT built in every rank) 5 times the same way;
+- script (``python train.py``): torch, the launcher, transformers and datasets imported at
+  the top, then two launches of ``bert_work``, back to back.
+
+Before forkserver.renew (2026-12-04, load 0.5-1.4), ours re-imported transformers in every
+worker of every launch: kernel 2.67 s first after the imports, 2.33 s median (accelerate
+0.15 / 0.15 s, Lightning 0.11 / 0.11 s); script 2.23 s and 2.26 s (accelerate 0.15 / 0.15).
+After (the zygote renewed at the import cell's end, a script's launch forking the script;
+same day, load 0.5):
+
+    after `import transformers, datasets`      ours    acc.  light. ours/acc  target
+    kernel: launch before the imports (med)  0.04 s  0.13 s  0.08 s    0.27x
+    kernel: first launch after the imports   0.15 s  0.16 s  0.09 s    0.95x  <= 0.3 s, acc
+    kernel: after the imports (median of 5)  0.07 s  0.16 s  0.09 s    0.43x  <= before+50ms
+    kernel: after the imports (max of 5)     0.15 s  0.17 s  0.12 s    0.90x  <= 0.3 s
+    script: first launch after the imports   0.16 s  0.15 s  0.08 s    1.02x
+    script: second launch                    0.10 s  0.15 s  0.08 s    0.66x
+
+The first launch after a renewal waits for the new zygote's first fork (~80 ms: its memory
+is the kernel's, faulted in as it starts), then ~15 ms per further fork; a tiny BERT built in
+every rank adds ~40 ms to each launch on all three.
 
 ``--breakdown`` (ours only) splits a launch with 16 processes into: when the last worker
 entered the function, and how long the process group took after that (the rendezvous
@@ -50,7 +79,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WARM = 10
@@ -274,17 +305,214 @@ def report(num_processes: int) -> None:
         )
 
 
+# --- after `import transformers` (issue 31): the launch once the caller has imported more ---
+
+# Defines launch(fn) for sys.argv-free use: `which` and `n` are set before this runs.
+_LAUNCHERS = """
+import os, socket, statistics, time
+
+def work():
+    import torch, torch.distributed as dist
+    made = not dist.is_initialized()  # Lightning has joined the group already
+    if made:
+        dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if made:
+        dist.destroy_process_group()
+    return t.item()
+
+def bert_work():
+    import torch, torch.distributed as dist
+    from transformers import BertConfig, BertForSequenceClassification
+    made = not dist.is_initialized()
+    if made:
+        dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64)
+    model = BertForSequenceClassification(config)
+    t = torch.tensor([float(sum(p.numel() for p in model.parameters()))])
+    dist.all_reduce(t)
+    if made:
+        dist.destroy_process_group()
+    return t.item()
+
+def free_port():
+    with socket.socket() as probe:  # accelerate's default port, 29500, may be taken
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+if which == "ours":
+    from notebook_accel import notebook_launcher
+    def launch(fn):
+        notebook_launcher(fn, num_processes=n, hardware="cpu", output="none")
+elif which == "accelerate":
+    from accelerate import notebook_launcher as accelerate_launcher
+    def launch(fn):
+        accelerate_launcher(fn, num_processes=n, use_port=str(free_port()))
+else:
+    from lightning.fabric import Fabric
+    def launch(fn):
+        os.environ["MASTER_PORT"] = str(free_port())
+        fabric = Fabric(accelerator="cpu", devices=n, strategy="ddp_notebook")
+        fabric.launch(lambda fabric: fn())
+
+def timed(fn, times, pause):
+    seconds = []
+    for i in range(times):
+        time.sleep(pause if i else 0.0)  # the first at once, as the cell starts
+        start = time.perf_counter()
+        launch(fn)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+"""
+
+_IMPORTS = (
+    "import transformers, datasets\n"
+    "from transformers import BertConfig, BertForSequenceClassification\n"
+)
+
+_SCRIPT = """
+import json, sys
+which, n = sys.argv[1], int(sys.argv[2])
+import torch
+{launchers}
+{imports}
+seconds = timed(bert_work, 2, 0.0)
+print(json.dumps({{"first": seconds[0], "second": seconds[1]}}))
+"""
+
+AFTER_REPS = 5  # launches per kernel row (medians of 5)
+
+
+def _cell(client: Any, code: str) -> str:
+    """Run one cell in the kernel; its stdout (raises with the traceback if it failed)."""
+    out: list[str] = []
+
+    def hook(message: dict[str, Any]) -> None:
+        if message["msg_type"] == "stream" and message["content"]["name"] == "stdout":
+            out.append(message["content"]["text"])
+
+    reply = client.execute_interactive(code, output_hook=hook, timeout=HUNG)
+    if reply["content"]["status"] != "ok":
+        raise RuntimeError("\n".join(reply["content"].get("traceback", [])))
+    return "".join(out)
+
+
+def _last_json(text: str) -> Any:
+    return json.loads(text.strip().splitlines()[-1])  # after what the launcher printed
+
+
+def kernel_after_imports(which: str, num_processes: int) -> dict[str, Any]:
+    """In a fresh Jupyter kernel: torch and the launcher imported; AFTER_REPS launches of
+    ``work``; then a cell importing transformers and datasets; then AFTER_REPS launches of
+    ``bert_work`` (a tiny BERT built in every rank), PAUSE apart, the first at once."""
+    from jupyter_client.manager import KernelManager
+
+    environ = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), environ.get("PYTHONPATH", "")) if p
+    )
+    folder = tempfile.TemporaryDirectory()
+    # Unix sockets in a private folder: no TCP port for the kernel's channels.
+    manager = KernelManager(kernel_name="python3", transport="ipc", ip=f"{folder.name}/kernel")
+    manager.start_kernel(cwd=str(ROOT), env=environ)
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=HUNG)
+        _cell(client, f"import json, torch\nwhich, n = {which!r}, {num_processes}\n{_LAUNCHERS}")
+        measure = f"print(json.dumps(timed({{}}, {AFTER_REPS}, {PAUSE})))"
+        before = _last_json(_cell(client, measure.format("work")))
+        _cell(client, _IMPORTS)
+        after = _last_json(_cell(client, measure.format("bert_work")))
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+        folder.cleanup()
+    return {"before": before, "after": after}
+
+
+def script_after_imports(which: str, num_processes: int) -> dict[str, float]:
+    """``python train.py``: torch, the launcher, transformers and datasets imported at the
+    top, then two launches of ``bert_work``."""
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "train.py"
+        script.write_text(_SCRIPT.format(launchers=_LAUNCHERS, imports=_IMPORTS))
+        done = subprocess.run(
+            [sys.executable, str(script), which, str(num_processes)],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=HUNG,
+            env={**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)},
+            start_new_session=True,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"{which} script failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report_after_imports(num_processes: int) -> None:
+    rows: dict[str, dict[str, float]] = {}
+    for which in LAUNCHERS:
+        try:
+            kernel = kernel_after_imports(which, num_processes)
+            script = script_after_imports(which, num_processes)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            print(f"{which} not measured after the imports: {exc}", file=sys.stderr)
+            rows[which] = dict.fromkeys(AFTER_ROWS, math.nan)
+            continue
+        rows[which] = {
+            "before": statistics.median(kernel["before"]),
+            "after_first": kernel["after"][0],
+            "after_median": statistics.median(kernel["after"]),
+            "after_max": max(kernel["after"]),
+            "script_first": script["first"],
+            "script_second": script["second"],
+        }
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    print(
+        f"\nafter `import transformers, datasets`, {num_processes} CPU processes, a tiny BERT "
+        f"built in every rank (load average {load:.1f})"
+    )
+    print(f"{'':44}{'ours':>9}{'accelerate':>12}{'lightning':>11}{'ours/acc':>10}{'target':>26}")
+    for key, (label, target) in AFTER_ROWS.items():
+        ours, theirs, lightning = (rows[w][key] for w in LAUNCHERS)
+        ratio = ours / theirs if theirs else math.nan
+        print(
+            f"{label:44}{_figure(ours, 's'):>9}{_figure(theirs, 's'):>12}"
+            f"{_figure(lightning, 's'):>11}{ratio:>9.2f}x{target:>26}"
+        )
+
+
+AFTER_ROWS = {
+    "before": (f"kernel: launch before the imports (med. {AFTER_REPS})", ""),
+    "after_first": ("kernel: first launch after the imports", "<= 0.3 s and <= acc"),
+    "after_median": (f"kernel: after the imports (median of {AFTER_REPS})", "<= before+50ms"),
+    "after_max": (f"kernel: after the imports (max of {AFTER_REPS})", "<= 0.3 s"),
+    "script_first": ("script: first launch after the imports", ""),
+    "script_second": ("script: second launch", ""),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--num-processes", type=int, action="append")
     parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument(
+        "--after-imports", action="store_true", help="only the rows after `import transformers`"
+    )
     options = parser.parse_args()
     counts = options.num_processes or [2, 16]
     if options.breakdown:
         breakdown(counts[0])
         return
-    for count in counts:
-        report(count)
+    if not options.after_imports:
+        for count in counts:
+            report(count)
+    report_after_imports(counts[0])
 
 
 if __name__ == "__main__":

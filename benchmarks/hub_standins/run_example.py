@@ -1,4 +1,4 @@
-"""One example on one framework, in a fresh process (``run_example.cli()``).
+"""One example on one framework, in a fresh process (``python run_example.py ...``).
 
 The example's file sits on ``sys.path`` under its own name, so its functions travel to the
 workers by reference (both launchers' workers import it). Its ``main()`` runs as written with
@@ -108,3 +108,7 @@ def cli() -> None:
     else:
         notebook_launcher(run_main, (options.module, argv), **launch)
     print("@@harness done", flush=True)
+
+
+if __name__ == "__main__":
+    cli()

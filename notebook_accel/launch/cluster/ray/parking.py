@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -42,6 +43,7 @@ __all__ = ["hold", "park", "parked", "unpark"]
 
 _TICK = 0.02  # seconds between a hold's looks at a cancel (Ray's cancel is seen between bytecodes)
 _RELEASE_WAIT = 1.0  # seconds to wait for holds to run (parking) or to end (unparking)
+_RECANCEL = 0.1  # seconds between two cancels of a hold that has not ended
 
 _lock = threading.Lock()
 _holds: dict[str, list[tuple[str, Any]]] = {}  # job id -> (node, hold task) of each parked worker
@@ -51,11 +53,22 @@ def hold() -> Iterator[int]:
     """A parked worker's task: yields its process's pid once running, then waits, busy,
     until cancelled."""
     yield os.getpid()
+    # Ray's cancel simulates a SIGINT, which Python ignores where the process inherited SIGINT
+    # ignored (a cluster started in the background, e.g. with nohup or &): the hold would
+    # never end. Python's own handler while it holds; the worker's is put back after.
+    restore = None
+    with contextlib.suppress(ValueError):  # not the main thread: as it is
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            restore = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         while True:
             time.sleep(_TICK)
     except KeyboardInterrupt:  # ray.cancel (not forced): the next launch wants this worker
         return
+    finally:
+        if restore is not None:
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(signal.SIGINT, restore)
 
 
 def _job(ray: Any) -> str:
@@ -108,14 +121,30 @@ def unpark(ray: Any) -> dict[str, int]:
     streams = [stream for _, stream in holds]
     with contextlib.suppress(Exception):
         ray.wait(streams, num_returns=len(streams), timeout=_RELEASE_WAIT)  # each running
-    running = []
-    for node, stream in holds:
+    running = set()
+    for index, stream in enumerate(streams):
         with contextlib.suppress(Exception):  # not running (yet), or its worker or node died
             ray.get(next(stream), timeout=0)
-            running.append(node)
+            running.add(index)
         with contextlib.suppress(Exception):
             ray.cancel(stream)
+    # An interrupt that reaches the worker while Ray's own code runs (the hold's first item
+    # being reported) is lost: cancel again until each hold has ended, then end its worker.
     ends = [stream.completed() for stream in streams]
-    with contextlib.suppress(Exception):
-        ray.wait(ends, num_returns=len(ends), timeout=_RELEASE_WAIT)
-    return dict(Counter(running))
+    ended: list[Any] = []
+    deadline = time.monotonic() + _RELEASE_WAIT
+    while len(ended) < len(ends) and time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            ended = ray.wait(ends, num_returns=len(ends), timeout=_RECANCEL)[0]
+        for stream, end in zip(streams, ends, strict=True):
+            if end not in ended:
+                with contextlib.suppress(Exception):
+                    ray.cancel(stream)
+    back: Counter[str] = Counter()
+    for index, (node, stream) in enumerate(holds):
+        if ends[index] not in ended:  # still holding: its worker ends
+            with contextlib.suppress(Exception):
+                ray.cancel(stream, force=True)
+        elif index in running:
+            back[node] += 1
+    return dict(back)

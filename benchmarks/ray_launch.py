@@ -3,16 +3,26 @@
 A local cluster of 2 nodes (2 logical CPUs each, every address 127.0.0.1) runs 4 ranks of the
 same function, which joins the gloo process group, all-reduces one tensor and returns. Each
 launcher runs it once (first launch), then again ``REPEATS`` times back to back, then
-``REPEATS`` times more, each after ``PAUSE`` seconds of idle (a user reading the output before
+``REPEATS`` times after each of ``PAUSES`` seconds of idle (a user reading the output before
 re-running the cell); nothing is kept reserved between launches. Everything runs in this one
-process, one launcher after the other.
+process, one launcher after the other (``--only ours`` or ``--only trainer``: one of them).
+It prints medians and, in brackets, the slowest repeat, and the load average around the run.
 
-Why both kinds of repeat: our ranks are Ray tasks, whose worker processes go back to Ray's
-pool and run the next launch's ranks with torch imported. Back to back they are still
-there; after a pause, Ray may end a node's idle workers that have waited over a second when
-the next launch's reservation takes their CPUs before the rank's request reaches that node
-(seen once in 3 paused repeats in a trial, never in 6 in another; those ranks then start
-fresh). Both launchers get the same pauses.
+Why paused repeats: our ranks are Ray tasks, whose worker processes run the next launch's
+ranks with torch imported. Idle, Ray ends a node's workers beyond its free CPUs after a
+second, and the next launch's reservation takes those CPUs a moment before its ranks reach
+the node; so between launches the workers wait busy in 0-CPU holds (parking.py). Both
+launchers get the same pauses.
+
+2026-12-04, 2-core machine shared with another engineer's runs (seconds; median of 5, max):
+before parking (load 1.5 -> 0.9, 3.8 mid-run): ours 7.39 first, 0.21 (0.30) back to back,
+0.25 (22.94) after 10 s, 0.18 (6.36) after 60 s: 2 of 10 paused repeats booted fresh
+workers (the issue's 2026-12-03 figure: 3.23 s median of 3 after 10 s). After (load 2.4 ->
+0.9): 11.60 first, 0.34 (0.40), 0.32 (0.34), 0.32 (0.32): no repeat booted a worker (4
+holds throughout); back to back ~0.1 s slower than before (the holds asked for at each launch's end,
+the next launch's wait for its group before cancelling them).
+TorchTrainer (load 4.0 -> 5.2, up to 8): 28.58 first, 28.14 (28.95), 22.53 (24.67),
+22.96 (29.56).
 
 Quiet 2-core machine, 2026-12-01 (seconds, medians of 3), two runs: ours 5.13 / 4.77 first,
 0.30 / 0.29 back to back, 0.22 / 0.22 after 10 s idle; TorchTrainer 32.69 / 27.56, 21.96 /
@@ -25,6 +35,7 @@ Before the ranks were tasks (one actor per rank; quiet, medians of 3): ours 5.62
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -32,8 +43,8 @@ from collections.abc import Callable
 from typing import Any
 
 RANKS = 4
-REPEATS = 3
-PAUSE = 10.0
+REPEATS = 5
+PAUSES = (10.0, 60.0)  # seconds of idle before each paused repeat
 
 
 def work() -> float:
@@ -75,43 +86,69 @@ def torch_trainer(storage: str) -> Callable[[], None]:
     return launch
 
 
+def measure(launch: Callable[[], Any]) -> dict[str, list[float]]:
+    """The launch's times: first, back to back, then after each pause (seconds)."""
+    rows = {"first": [timed(launch)], "back to back": [timed(launch) for _ in range(REPEATS)]}
+    for pause in PAUSES:
+        paused = []
+        for _ in range(REPEATS):
+            time.sleep(pause)
+            paused.append(timed(launch))
+        rows[f"after {pause:g} s idle"] = paused
+    return rows
+
+
 def main() -> None:
+    import argparse
+
     from notebook_accel.launch.cluster.ray.local import local_cluster
 
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--only", choices=("ours", "trainer"), help="time one launcher (default: both)"
+    )
+    only = parser.parse_args().only
+    load = os.getloadavg()
     cluster = local_cluster(num_nodes=2, num_cpus=2)
     import ray
 
     ray.init(address=cluster.address, log_to_driver=False)
-    rows: dict[str, tuple[float, list[float], list[float]]] = {}
+    rows: dict[str, dict[str, list[float]]] = {}
     try:
         with tempfile.TemporaryDirectory() as storage:
-            for name, launch in (
-                ("notebook_accel (cluster='ray')", ours),
-                ("Ray Train TorchTrainer.fit()", torch_trainer(storage)),
-            ):
-                first = timed(launch)
-                again = [timed(launch) for _ in range(REPEATS)]
-                paused = []
-                for _ in range(REPEATS):
-                    time.sleep(PAUSE)
-                    paused.append(timed(launch))
-                rows[name] = (first, again, paused)
+            launchers = {
+                "ours": ("notebook_accel (cluster='ray')", ours),
+                "trainer": ("Ray Train TorchTrainer.fit()", torch_trainer(storage)),
+            }
+            for key, (name, launch) in launchers.items():
+                if only in (None, key):
+                    rows[name] = measure(launch)
     finally:
         ray.shutdown()
         cluster.shutdown()
-    print(f"\nLaunch latency, {RANKS} ranks on a local 2-node Ray cluster (seconds, medians)")
-    print(f"{'launcher':34} {'first':>8} {'back to back':>14} {f'after {PAUSE:g} s idle':>17}")
-    for name, (first, again, paused) in rows.items():
-        print(
-            f"{name:34} {first:8.2f} {statistics.median(again):14.2f}"
-            f" {statistics.median(paused):17.2f}"
+    columns = list(next(iter(rows.values())))
+    print(
+        f"\nLaunch latency, {RANKS} ranks on a local 2-node Ray cluster (seconds; repeats: "
+        f"median of {REPEATS}, max in brackets); load average (1, 5, 15 min) "
+        f"{' '.join(f'{x:.2f}' for x in load)} before, "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after"
+    )
+    print(f"{'launcher':34}" + "".join(f" {c:>18}" for c in columns))
+    for name, times in rows.items():
+        cells = [
+            f"{statistics.median(t):.2f}" + (f" ({max(t):.2f})" if len(t) > 1 else "")
+            for t in times.values()
+        ]
+        print(f"{name:34}" + "".join(f" {cell:>18}" for cell in cells))
+    if len(rows) == 2:
+        ours_row, peer_row = rows.values()
+        ratios = "".join(
+            f" {statistics.median(ours_row[c]) / statistics.median(peer_row[c]):18.2f}"
+            for c in columns
         )
-    ours_row, peer_row = rows.values()
-    ratios = [ours_row[0] / peer_row[0]] + [
-        statistics.median(o) / statistics.median(p)
-        for o, p in zip(ours_row[1:], peer_row[1:], strict=True)
-    ]
-    print(f"{'ours / TorchTrainer':34} {ratios[0]:8.2f} {ratios[1]:14.2f} {ratios[2]:17.2f}")
+        print(f"{'ours / TorchTrainer (medians)':34}{ratios}")
+    for name, times in rows.items():
+        print(f"{name}: " + "; ".join(f"{c} {[round(x, 2) for x in t]}" for c, t in times.items()))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ local-only switch. Read in Ray 2.9.3, 2.30, 2.45, 2.59 and 2.60 (2.60 runs the t
                       in 2.59, _private.utils to 2.45),       warm (the next launch boots
                       NodeManagerService.PrestartWorkers      its own)
                       protos (in 2.45, not in 2.30)
+    group_free        a placement group's bundles as resources   True: not waited for
+                      named "<resource>_group_<group id hex>"
+                      in available_resources() (the sum of its
+                      bundles')
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ import importlib
 import inspect
 from typing import Any
 
-__all__ = ["client_connected", "kv_del", "kv_get", "kv_put", "local_only", "prestart_workers"]
+__all__ = [
+    "client_connected",
+    "group_free",
+    "kv_del",
+    "kv_get",
+    "kv_put",
+    "local_only",
+    "prestart_workers",
+]
 
 
 def _internal_kv() -> Any:
@@ -221,3 +233,19 @@ def prestart_workers(address: str, job: bytes, count: int, keep_alive: int) -> b
     finally:
         channel.close()
     return True
+
+
+def group_free(
+    available: dict[str, float], group: str, bundle: dict[str, float], count: int
+) -> bool:
+    """Whether none of the ``count`` bundles (each ``bundle``) of the placement group whose id
+    is ``group`` (hex) is in use any more, in ``available`` (``ray.available_resources()``).
+
+    Relies on Ray's names for a group's reserved resources, ``<resource>_group_<id hex>`` (a
+    resource wholly in use is left out, but the group's ``bundle_group_<id hex>`` shows);
+    where no name ends so: True (another layout: nothing to wait for).
+    """
+    suffix = f"_group_{group}"
+    if not any(key.endswith(suffix) for key in available):
+        return True
+    return all(available.get(f"{key}{suffix}", 0) >= value * count for key, value in bundle.items())

@@ -128,6 +128,36 @@ def test_a_launch_right_after_another_reuses_its_worker_processes(cluster: Any) 
     assert _all_free()
 
 
+# Ray's idle-worker policy, at its defaults (the cluster here sets neither): a node's idle
+# workers beyond its free CPUs are ended once idle over idle_worker_killing_time_threshold_ms,
+# and its raylet looks every kill_idle_workers_interval_ms.
+_IDLE_LIMIT = 1.0
+_IDLE_LOOK = 0.2
+
+
+def test_warm_workers_outlast_ray_s_idle_limit_while_the_cpus_are_reserved(cluster: Any) -> None:
+    # A launch's placement group takes its nodes' CPUs a moment before its ranks reach them;
+    # idle warm workers past Ray's limit were ended in that moment. Here the CPUs stay
+    # reserved for a few of Ray's looks after the limit has passed: the finished ranks'
+    # workers, parked busy with a 0-CPU task, are spared, and the next launch runs in them.
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    first = notebook_launcher(_pid_and_leak, num_processes=4, cluster="ray", output="none")
+    pids = {pid for pid, _ in first}
+    time.sleep(_IDLE_LIMIT + _IDLE_LOOK)
+    assert _all_free()  # parked by now: no CPU or placement group held
+    group = placement_group([{"CPU": 1}] * 4)  # every CPU of both nodes
+    try:
+        ray.get(group.ready(), timeout=60)
+        time.sleep(3 * _IDLE_LOOK)  # idle, they would be ended here (the test fails so)
+    finally:
+        remove_placement_group(group)
+    assert _all_free()
+    second = notebook_launcher(_pid_and_leak, num_processes=4, cluster="ray", output="none")
+    assert {pid for pid, _ in second} == pids
+    assert all(leaked is None for _, leaked in second)
+
+
 def _save_once(folder: str) -> int:
     import os
 
@@ -159,16 +189,18 @@ def test_checkpoints_pair_up_when_only_some_ranks_reuse_a_process(
     assert (second / "checkpoint").is_dir()
 
 
-def _idle_workers() -> int:
-    """Ray worker processes waiting in a pool (their title is "ray::IDLE")."""
-    count = 0
+def _ray_workers(title: bytes) -> set[int]:
+    """Ray worker processes whose title starts so: b"ray::IDLE" waits in a pool, b"ray::hold"
+    is a parked worker."""
+    found = set()
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                count += Path(f"/proc/{name}/cmdline").read_bytes().startswith(b"ray::IDLE")
+                if Path(f"/proc/{name}/cmdline").read_bytes().startswith(title):
+                    found.add(int(name))
             except OSError:
                 continue
-    return count
+    return found
 
 
 def test_keep_warm_starts_idle_workers_on_a_node(cluster: Any) -> None:
@@ -176,12 +208,12 @@ def test_keep_warm_starts_idle_workers_on_a_node(cluster: Any) -> None:
     from notebook_accel.launch.cluster.ray.driver import keep_warm
 
     node = ray.get_runtime_context().get_node_id()
-    before = _idle_workers()
+    before = _ray_workers(b"ray::IDLE")
     keep_warm(ray, {node: 2})
     end = time.monotonic() + 60
-    while _idle_workers() < before + 2 and time.monotonic() < end:
+    while len(_ray_workers(b"ray::IDLE") - before) < 2 and time.monotonic() < end:
         time.sleep(0.2)
-    assert _idle_workers() >= before + 2
+    assert len(_ray_workers(b"ray::IDLE") - before) >= 2
 
 
 class _Recording(Display):
@@ -346,6 +378,60 @@ def test_command_line_launches_a_script_on_the_cluster(cluster: Any, tmp_path: P
     assert done.returncode == 0, done.stderr
     for rank in (0, 1):
         assert f"[rank {rank}] rank {rank} of 2 args ['--lr', '1']" in done.stdout
+    assert _all_free()
+
+
+_PARKING_DRIVER = """
+import json, os, time
+from pathlib import Path
+
+import ray
+
+from notebook_accel import notebook_launcher
+
+
+def held():
+    found = set()
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{name}/cmdline").read_bytes().startswith(b"ray::hold"):
+                found.add(int(name))
+        except OSError:
+            pass
+    return found
+
+
+ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+pids = set(notebook_launcher(os.getpid, num_processes=2, cluster="ray", output="none"))
+end = time.monotonic() + 60
+while time.monotonic() < end and not pids <= held():
+    time.sleep(0.1)
+print(json.dumps(sorted(pids & held())))
+"""
+
+
+def test_parked_workers_end_with_their_job(cluster: Any) -> None:
+    # Between launches the ranks' workers wait busy in 0-CPU holds (nothing reserved); a
+    # notebook that ends (here a driver process that parked two and exits) takes them along.
+    import json
+    import subprocess
+    import sys
+
+    environ = {**os.environ, "RAY_ADDRESS": cluster.address}
+    done = subprocess.run(
+        [sys.executable, "-c", _PARKING_DRIVER],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    parked = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert len(parked) == 2  # both ranks' workers were parked when it exited
+    end = time.monotonic() + 30
+    while parked & _ray_workers(b"ray::hold") and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not parked & _ray_workers(b"ray::hold")
     assert _all_free()
 
 

@@ -11,9 +11,12 @@
     each attempt:
       placement group, N bundles of                  N bundles reserved (PACK or SPREAD)
         resources_per_worker
+      earlier ranks' workers parked? once the ---->  their holds end: the workers are idle
+        group is reserved, cancel their holds        in their nodes' pools again
+        (parking.py)
       N rank tasks (ranks.py), bundle i each, --->   each in an idle Ray worker of its node:
-        streaming, asked for with the group          one that ran an earlier launch's rank
-                                                     (torch imported) when Ray kept it
+        streaming (asked for with the group          one that ran an earlier launch's rank
+        when nothing was parked)                     (torch imported)
                                                      bundle 0 hosts the TCPStore on its node,
                                                      publishes its address (Ray's KV store);
                                                      every rank writes its node there and
@@ -24,8 +27,9 @@
                                                      via the object store
       first failing rank's own exception (outcome.rebuild), WorkerDiedError for a dead worker
       finally: cancel (kill) the ranks still running, let the finished ones give their
-        workers back, remove the placement group, wait until Ray sees it free; keep_warm
-        asks the nodes of killed ranks to start idle workers: nothing stays reserved
+        workers back and park them (a 0-CPU hold task each, parking.py), remove the
+        placement group, wait until Ray sees it free; keep_warm asks the nodes of killed
+        ranks to start idle workers: nothing stays reserved
 
 Why tasks and not actors: an actor's process ends with the actor, so with one actor per
 rank every launch after the first booted fresh Ray workers (``import ray`` then torch, about
@@ -35,9 +39,14 @@ about a tenth of a second, not seconds (benchmarks/ray_launch.py). The state a w
 is what any Ray task leaves (imported modules); the rank gives back the environment, fds 1/2
 and Python's streams, and every notebook_accel object is per launch (training/processes.py). GPU
 ranks are never reused (Ray's rule for GPU tasks: a CUDA context stays with its process).
-Ray itself may end a node's idle workers that have waited over a second when a new
-reservation takes their CPUs before the rank's request reaches the node; a rank there then
-starts in a fresh worker.
+Between launches the workers do not wait idle: Ray ends a node's idle workers beyond its
+free CPUs once they have waited over a second, and the next launch's placement group takes
+those CPUs a moment before its ranks reach the node; after a pause, the warm workers were
+ended in that moment in about one launch of four and its ranks booted fresh ones (seconds).
+So each waits busy in a 0-CPU hold task, which the next launch cancels once its group is
+reserved (parking.py), and a launch after 10 s or 60 s idle runs in the same processes as
+one right after another. The holds reserve nothing, and Ray ends their processes with the
+job.
 
 Ray Client (cluster="ray://HOST:PORT") has no streaming tasks: there each rank's items come
 from a ``RankHost`` actor that runs the same ``rank_task`` on a thread and hands them over when
@@ -59,6 +68,7 @@ import signal
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -72,6 +82,7 @@ from ...show.display import Display
 from ...wire.payload import Payload
 from ...wire.pickling import Outgoing
 from ...wire.transport import Shipment, unpack
+from . import parking
 from .ranks import KV_NAMESPACE, Outcome, RankHost, rank_task
 from .shipment import RayShipment, as_array
 
@@ -289,11 +300,19 @@ class RayBackend:
         streams: list[Any] = []
         self._ranks, self._nodes, self._takes = {}, {}, {}
         outcomes: dict[int, Outcome] = {}
+        released: dict[str, int] = {}  # parked workers handed back for this attempt, per node
         try:
-            # Asked for with the group, not after it is ready: Ray grants each task its bundle
-            # (and an idle worker of the node's pool) the moment the bundle is reserved. In
-            # between, the node's idle workers look surplus to Ray (their CPUs are reserved)
-            # and may be ended.
+            ready = group.ready()  # a reply from Ray's control store, no worker involved
+            noting = self._noting_waits(ready, check, display)
+            if not self._client and parking.parked(self.ray):
+                # Earlier ranks' workers wait busy (parking.py) until the group is reserved:
+                # idle meanwhile, Ray would count them against the node's free CPUs, which
+                # the group takes, and end them. Handed back now, they are idle for a moment
+                # only and the ranks asked for next run in them.
+                self._until_reserved(ready, noting, display)
+                released = parking.unpark(self.ray)
+            # Else asked for with the group, not after it is ready: Ray grants each task its
+            # bundle (and an idle worker of the node's pool) the moment it is reserved.
             remote = self._remote_rank()
             for bundle in range(n):
                 placed = remote.options(
@@ -308,9 +327,11 @@ class RayBackend:
                     streams.append(host)
                 else:
                     streams.append(placed.remote(*args))
-            outcomes = self._supervise(streams, display, self._noting_waits(group, check, display))
+            outcomes = self._supervise(streams, display, noting)
         finally:
-            self._end(streams, outcomes)
+            returned = self._end(streams, outcomes)
+            with contextlib.suppress(Exception):  # best effort: else the workers wait idle
+                self._park(group, returned, released)
             with contextlib.suppress(Exception):
                 held = self.ray.available_resources()
                 remove_placement_group(group)
@@ -324,10 +345,10 @@ class RayBackend:
 
     # -- the steps of an attempt ------------------------------------------------------------
     def _noting_waits(
-        self, group: Any, check: Callable[[], None], display: Display
+        self, ready: Any, check: Callable[[], None], display: Display
     ) -> Callable[[], None]:
-        """``check``, which also says once when the group has waited long for its resources."""
-        ready = group.ready()  # a reply from Ray's control store, no worker involved
+        """``check``, which also says once when the group (``ready``: its reference that
+        resolves once it is reserved) has waited long for its resources."""
         since = time.monotonic()
         noted = False
 
@@ -344,6 +365,33 @@ class RayBackend:
                 )
 
         return noting
+
+    def _until_reserved(self, ready: Any, noting: Callable[[], None], display: Display) -> None:
+        """Wait until the placement group is reserved, checking (stop, deadline) meanwhile."""
+        while not self.ray.wait([ready], timeout=_TICK)[0]:
+            noting()
+            display.tick()
+
+    def _park(self, group: Any, returned: dict[str, int], released: dict[str, int]) -> None:
+        """Park the workers that are idle on each node now (parking.py): the ranks' that went
+        back to the pool, and the parked ones handed back for this attempt that no rank took.
+
+        Once the group's bundles are free again (the ranks' workers are back in the pool),
+        while it still holds the nodes' CPUs (Ray then boots no extra worker for the holds).
+        """
+        ranks_on = Counter(self._nodes.values())
+        counts = Counter(returned)
+        for node, count in released.items():
+            counts[node] += max(0, count - ranks_on[node])
+        if not +counts:
+            return
+        n = self._plan.num_processes  # type: ignore[union-attr]
+        end = time.monotonic() + _RETURN_WAIT
+        while time.monotonic() < end and not private_ray.group_free(
+            self.ray.available_resources(), group.id.hex(), self.resources, n
+        ):
+            time.sleep(_POLL)
+        parking.park(self.ray, dict(+counts))
 
     def _until_returned(self, held: dict[str, float], n: int) -> None:
         """Wait (a moment at most) until Ray's view of the cluster has the group's share back.
@@ -487,20 +535,21 @@ class RayBackend:
                 found.append((bundle, ("end", ("died", exc, time.time()), [])))
         return found
 
-    def _end(self, streams: list[Any], outcomes: dict[int, Outcome]) -> None:
+    def _end(self, streams: list[Any], outcomes: dict[int, Outcome]) -> dict[str, int]:
         """Stop the ranks still running; let the finished ones give their workers back.
 
         A finished rank's task has only its clean-up left and its worker returns to Ray's
-        pool, warm (torch imported) for the next launch. A stopped or dead rank's process is
-        gone: keep_warm has its node start a replacement. So do GPU ranks, whose workers Ray
-        never reuses (a CUDA context stays with its process).
+        pool, warm (torch imported) for the next launch: how many did on each node is
+        returned (to be parked). A stopped or dead rank's process is gone: keep_warm has its
+        node start a replacement. So do GPU ranks, whose workers Ray never reuses (a CUDA
+        context stays with its process).
         """
         ray = self.ray
         if self._client:  # actors: every process ends with the launch
             for host in streams:
                 with contextlib.suppress(Exception):
                     ray.kill(host, no_restart=True)
-            return
+            return {}
         gone = [b for b in range(len(streams)) if b not in outcomes or outcomes[b][0] == "died"]
         finishing = {b: streams[b].completed() for b in range(len(streams)) if b not in gone}
         if finishing:
@@ -521,6 +570,8 @@ class RayBackend:
         if counts:
             with contextlib.suppress(Exception):
                 keep_warm(ray, counts)
+        back = [b for b in range(len(streams)) if b not in gone and b in self._nodes]
+        return dict(Counter(self._nodes[b] for b in back))
 
     def _results(self, outcomes: dict[int, Outcome]) -> list[Any]:
         from ...wire.outcome import is_collateral, rebuild

@@ -47,20 +47,23 @@ over Unix sockets) and in a script file, as a user has them.
 Before forkserver.renew (2026-12-04, load 0.5-1.4), ours re-imported transformers in every
 worker of every launch: kernel 2.67 s first after the imports, 2.33 s median (accelerate
 0.15 / 0.15 s, Lightning 0.11 / 0.11 s); script 2.23 s and 2.26 s (accelerate 0.15 / 0.15).
+
 After (the zygote renewed at the import cell's end, a script's launch forking the script;
-same day, load 0.5):
+same day, load 0.3):
 
     after `import transformers, datasets`      ours    acc.  light. ours/acc  target
-    kernel: launch before the imports (med)  0.04 s  0.13 s  0.08 s    0.27x
-    kernel: first launch after the imports   0.15 s  0.16 s  0.09 s    0.95x  <= 0.3 s, acc
-    kernel: after the imports (median of 5)  0.07 s  0.16 s  0.09 s    0.43x  <= before+50ms
-    kernel: after the imports (max of 5)     0.15 s  0.17 s  0.12 s    0.90x  <= 0.3 s
-    script: first launch after the imports   0.16 s  0.15 s  0.08 s    1.02x
-    script: second launch                    0.10 s  0.15 s  0.08 s    0.66x
+    kernel: launch before the imports (med)  0.04 s  0.16 s  0.08 s    0.23x
+    kernel: first launch after the imports   0.11 s  0.16 s  0.10 s    0.70x  <= 0.3 s, acc
+    kernel: after the imports (median of 5)  0.07 s  0.16 s  0.10 s    0.41x  <= before+50ms
+    kernel: after the imports (max of 5)     0.11 s  0.18 s  0.11 s    0.63x  <= 0.3 s
+    script: first launch after the imports   0.19 s  0.16 s  0.11 s    1.20x
+    script: second launch                    0.10 s  0.16 s  0.09 s    0.60x
 
-The first launch after a renewal waits for the new zygote's first fork (~80 ms: its memory
-is the kernel's, faulted in as it starts), then ~15 ms per further fork; a tiny BERT built in
-every rank adds ~40 ms to each launch on all three.
+The first launch after a renewal takes the new zygote's first workers (its first fork ~37 ms,
+then ~15 ms each); a tiny BERT built in every rank adds ~40 ms to each launch on all three.
+Kernel rows repeated (ours 5 times, accelerate 4, Lightning 3): ours 0.11-0.13 s first after
+the imports, accelerate 0.17, Lightning 0.10-0.11. One earlier run of the whole table had a
+kernel cell time out (120 s), launcher not recorded (the table now says which, and goes on).
 
 ``--breakdown`` (ours only) splits a launch with 16 processes into: when the last worker
 entered the function, and how long the process group took after that (the rendezvous
@@ -460,8 +463,8 @@ def report_after_imports(num_processes: int) -> None:
         try:
             kernel = kernel_after_imports(which, num_processes)
             script = script_after_imports(which, num_processes)
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            print(f"{which} not measured after the imports: {exc}", file=sys.stderr)
+        except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
+            print(f"{which} not measured after the imports: {exc!r}", file=sys.stderr)
             rows[which] = dict.fromkeys(AFTER_ROWS, math.nan)
             continue
         rows[which] = {

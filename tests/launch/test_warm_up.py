@@ -67,10 +67,18 @@ def test_importing_the_package_alone_starts_nothing() -> None:
     assert done.stdout.split() == ["True", "None"]
 
 
+def _started_then(code: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Runs _STARTED, then ``code`` (which prints one JSON line): both lines, parsed."""
+    done = _python(_STARTED + code)
+    assert done.returncode == 0, done.stderr
+    started, launched = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    return started, launched
+
+
 def test_the_first_launch_forks_its_workers_from_the_server_started_early() -> None:
     # Torch is never imported here (only in the workers): the workers are the children of the
     # server the import started, a fresh interpreter, never forks of this process.
-    code = _STARTED + (
+    code = (
         "def parent():\n"
         "    import os, torch\n"
         "    return os.getppid()\n"
@@ -79,9 +87,7 @@ def test_the_first_launch_forks_its_workers_from_the_server_started_early() -> N
         "print(json.dumps({'parents': parents, 'me': os.getpid(), 'server': server,"
         " 'torch': 'torch' in sys.modules}))\n"
     )
-    done = _python(code)
-    assert done.returncode == 0, done.stderr
-    started, launched = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    started, launched = _started_then(code)
     assert launched["torch"] is False
     assert launched["parents"] == [started["server"]] * 2
     assert started["server"] != launched["me"]
@@ -92,7 +98,7 @@ def test_torch_imported_after_the_early_start_makes_the_launch_s_server_a_fork()
     # Torch imported (and used) here after the early start: the fresh server lacks what this
     # process has, so the launch forks this process as the forkserver (a zygote) and the
     # early one is retired, gone once its idle workers are.
-    code = _STARTED + (
+    code = (
         "import torch\n"
         "torch.manual_seed(0)\n"
         "parents = notebook_launcher(os.getppid, num_processes=2, hardware='cpu',"
@@ -101,9 +107,7 @@ def test_torch_imported_after_the_early_start_makes_the_launch_s_server_a_fork()
         "fork = server == open('/proc/self/cmdline').read()\n"
         "print(json.dumps({'parents': parents, 'me': os.getpid(), 'fork': fork}))\n"
     )
-    done = _python(code)
-    assert done.returncode == 0, done.stderr
-    started, launched = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    started, launched = _started_then(code)
     [parent] = set(launched["parents"])
     assert parent != started["server"] and parent != launched["me"]
     assert launched["fork"]

@@ -1,7 +1,24 @@
-"""LaunchConfig: the validated choices of one launch, and the config file that stores defaults.
+"""LaunchConfig: the table of launch options, and the config file that stores defaults.
 
-The launcher, the panel and the command line all go through this one dataclass, and read or
-write the same JSON file (``env.config_file()``).
+Each launch option is declared once, as a field of :class:`LaunchConfig` whose metadata is an
+:class:`Option`: its default, how it is checked (and put in its one stored form), its words
+in an error, its help line, and how each face spells it. Everything else is made from the
+table:
+
+    Option (a field of LaunchConfig)
+      -> LaunchConfig(...)               each value checked, stored in its one form
+      -> notebook_launcher / Workers     their parameters taken by name (given()), their Args
+                                         documented (document())
+      -> the config file                 written and read (file=True: save_file, load_file)
+      -> notebook-accel launch --FLAG    the parser's flags (cli=Cli(...), faces/cli.py)
+      -> the launch panel                its controls (panel=..., faces/panel.py)
+      -> the workers                     the LaunchConfig itself, whole, in each rank's
+                                         WorkerEnv (launch/plan.py); the Accelerator's
+                                         defaults read from it (launched.py, worker=True);
+                                         variables derived from it for user code and
+                                         accelerate (variables=...)
+
+Adding an option is one field here (tests/test_config.py adds one to a copy of the table).
 """
 
 from __future__ import annotations
@@ -12,6 +29,7 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -21,11 +39,17 @@ from .errors import ConfigError
 from .options import rules
 
 __all__ = [
+    "Cli",
     "Hardware",
     "MixedPrecision",
+    "Option",
     "OutputMode",
     "LaunchConfig",
     "PrecisionType",
+    "document",
+    "given",
+    "option",
+    "options",
     "write_basic_config",
     "load_file",
     "save_file",
@@ -34,6 +58,10 @@ __all__ = [
 
 Hardware = Literal["auto", "cpu", "cuda", "tpu", "mps"]
 MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
+OutputMode = Literal["all", "main", "none"]
+StartMethod = Literal["auto", "forkserver", "spawn"]
+PlacementStrategy = Literal["PACK", "SPREAD"]
+Session = Literal["yes", "refused", "no"]
 
 
 class PrecisionType(enum.StrEnum):
@@ -45,50 +73,181 @@ class PrecisionType(enum.StrEnum):
     BF16 = "bf16"
 
 
-OutputMode = Literal["all", "main", "none"]
-StartMethod = Literal["auto", "forkserver", "spawn"]
-PlacementStrategy = Literal["PACK", "SPREAD"]
-
-# The keys that the config file may hold; anything else in the file is ignored with a warning.
-FILE_KEYS = (
-    "hardware",
-    "num_processes",
-    "mixed_precision",
-    "gradient_accumulation_steps",
-    "seed",
-    "output",
-    "num_nodes",
-    "node_rank",
-    "master_addr",
-    "master_port",
-    "max_restarts",
-    "fsdp",
-    "deepspeed",
-    "parallelism_config",
-    "dynamo_backend",
-)
-
-
-def _choices(literal: Any) -> str:
-    return ", ".join(repr(v) for v in get_args(literal))
-
-
-def _check_literal(name: str, value: object, literal: Any) -> None:
-    if value not in get_args(literal):
-        raise ConfigError(name, value, f"one of {_choices(literal)}")
-
-
-def _check_int(name: str, value: object, minimum: int, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        kind = f"an int >= {minimum}" + (" or None" if optional else "")
-        raise ConfigError(name, value, kind)
+# -- the declaration of one option -----------------------------------------------------------
+Check = Callable[[str, Any], Any]  # (option's name, value) -> its stored form, or ConfigError
 
 
 @dataclass(frozen=True)
+class Cli:
+    """How ``notebook-accel launch`` spells an option: ``--flag`` (accelerate's name, with its
+    ``--flag-with-dashes`` twin), and how the text is read (``choices``: the option's own)."""
+
+    flag: str
+    metavar: str | None = None
+    parse: Callable[[str], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One launch option: everything each face needs to know about it, said once.
+
+    Attributes:
+        check: ``(name, value) -> stored form``; raises ConfigError naming the option.
+        doc: its help: notebook_launcher's and Workers' Args, the command line's help.
+        choices: the accepted values, where they are a short list (the CLI's choices).
+        file: kept in the config file (under its name).
+        cli: its command-line flag, or None.
+        panel: the launch panel's control that shows it (one the panel draws: "hardware",
+            "processes", "precision", "accumulation", "sharding", "compile", "seed"; any
+            other name: a plain control with that label), or None.
+        session: ``"yes"``: ``Workers`` takes it; ``"refused"``: ``Workers`` names it in a
+            ConfigError (not for a session); ``"no"``: not a ``Workers`` parameter.
+        worker: the workers' ``Accelerator()`` takes it as its default (launched.option).
+        variables: environment variables set in every worker from its value, for user code
+            and accelerate's own classes (our code reads the LaunchConfig, never these).
+        text: the value as those variables hold it (default ``str``); None: not set (the
+            user's own value, if any, stays).
+    """
+
+    check: Check
+    doc: str
+    choices: tuple[Any, ...] = ()
+    file: bool = True
+    cli: Cli | None = None
+    panel: str | None = None
+    session: Session = "no"
+    worker: bool = False
+    variables: tuple[str, ...] = ()
+    text: Callable[[Any], str | None] = str
+
+
+_OPTION = "notebook_accel.option"
+
+
+def option(default: Any, **spec: Any) -> Any:
+    """A field of the table: a launch option with its ``default`` and its :class:`Option`.
+
+    Example:
+        >>> @dataclass(frozen=True)
+        ... class Mine(LaunchConfig):
+        ...     retries: int = option(0, check=lambda name, value: value, doc="retries.")
+        >>> Mine(retries=3).retries
+        3
+    """
+    return dataclasses.field(default=default, metadata={_OPTION: Option(**spec)})
+
+
+# -- checks: each returns the value in its stored form --------------------------------------
+def _one_of(literal: Any) -> dict[str, Any]:
+    """The check of a value from a Literal's list."""
+    values = get_args(literal)
+    accepted = "one of " + ", ".join(repr(v) for v in values)
+
+    def check(name: str, value: Any) -> Any:
+        if value not in values:
+            raise ConfigError(name, value, accepted)
+        return value
+
+    return {"check": check, "choices": values}
+
+
+def _int(minimum: int, optional: bool = False, maximum: int | None = None) -> Check:
+    def check(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            kind = f"an int >= {minimum}" + (" or None" if optional else "")
+            raise ConfigError(name, value, kind)
+        if maximum is not None and value > maximum:
+            raise ConfigError(name, value, f"a TCP port in [{minimum}, {maximum}]")
+        return value
+
+    return check
+
+
+def _seconds(name: str, value: Any) -> float | None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+    ):
+        raise ConfigError(name, value, "a number of seconds > 0, or None")
+    return value
+
+
+def _seed(name: str, value: Any) -> int | None:
+    # False is the "off" spelling that also clears a saved seed (None means "take the file's").
+    return _int(0, optional=True)(name, None if value is False else value)
+
+
+def _address(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(name, value, "a host name or IP address")
+    return value
+
+
+def _fsdp(name: str, value: Any) -> Any:
+    if value is None or value is False or value in ("no", ""):  # off, also over a saved one
+        return None
+    from .options.fsdp import FsdpConfig  # imports torch: only when FSDP is asked for
+
+    return FsdpConfig.coerce(value)
+
+
+def _cluster(name: str, value: Any) -> str | None:
+    if value is not None and (
+        not isinstance(value, str) or not (value == "ray" or value.startswith("ray://"))
+    ):
+        raise ConfigError(name, value, "None, 'ray' or 'ray://HOST:PORT'")
+    return value
+
+
+def _resources(name: str, value: Any) -> dict[str, float] | None:
+    if value is not None and (
+        not isinstance(value, dict)
+        or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+            for k, v in value.items()
+        )
+    ):
+        raise ConfigError(
+            name, value, "a dict of resource name -> amount >= 0, e.g. {'CPU': 4, 'GPU': 1}"
+        )
+    return value
+
+
+def _deepspeed(name: str, value: Any) -> dict[str, Any] | None:
+    from .options import deepspeed  # torch-free
+
+    return deepspeed.coerce_option(value)
+
+
+def _mesh(name: str, value: Any) -> dict[str, Any] | None:
+    from .options import parallelism  # torch-free
+
+    return parallelism.coerce_option(value)
+
+
+def _dynamo(name: str, value: Any) -> str:
+    from .options import dynamo  # torch-free
+
+    return dynamo.coerce_option(value)
+
+
+def _json_object(text: str) -> Any:
+    """A command-line value given as JSON (ValueError, which argparse reports, otherwise)."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("a JSON object is expected, e.g. '{\"CPU\": 2}'")
+    return value
+
+
+def _lower(text: str) -> str:
+    return text.lower()
+
+
+# -- the table -----------------------------------------------------------------------------
+@dataclass(frozen=True)
 class LaunchConfig:
-    """Everything a launch needs besides the function and its arguments.
+    """Everything a launch needs besides the function and its arguments: the launch options.
 
     Validated on construction: a wrong value raises :class:`ConfigError` naming the parameter,
     the value and what is accepted. Hardware-dependent checks (e.g. more processes than GPUs)
@@ -99,76 +258,190 @@ class LaunchConfig:
         2
     """
 
-    num_processes: int | None = None
-    hardware: Hardware = "auto"
-    mixed_precision: MixedPrecision = "no"
-    gradient_accumulation_steps: int = 1
-    seed: int | None = None
-    output: OutputMode = "all"
-    timeout: float | None = None
-    num_nodes: int = 1
-    node_rank: int = 0
-    master_addr: str = "127.0.0.1"
-    master_port: int | None = None
-    max_restarts: int = 0
-    start_method: StartMethod = "auto"
-    # FSDP sharding for the Accelerator in the workers: None (DDP), a strategy name
-    # ("full", "grad_op", "no_shard", "hybrid"), a dict of FsdpConfig fields or an FsdpConfig;
-    # normalised to an FsdpConfig (or None) on construction.
-    fsdp: Any = None
-    # Where the ranks run (launch/cluster/backend.py): None for this machine, "ray" for the Ray
-    # cluster this notebook joined (or RAY_ADDRESS names), "ray://HOST:PORT" for Ray Client.
-    cluster: str | None = None
-    # On a cluster, what each rank reserves ({"CPU": 4, "GPU": 1}) and how ranks are placed.
-    resources_per_worker: Any = None
-    placement_strategy: PlacementStrategy = "PACK"
-    # DeepSpeed ZeRO for the workers' Accelerator: None (off), True, a ZeRO stage, a dict of
-    # DeepSpeedPlugin fields or a plugin; normalised to a dict of fields (or None).
-    deepspeed: Any = None
-    # The workers' Accelerator's mesh: None, a ParallelismConfig or a dict of its fields;
-    # normalised to a dict (or None).
-    parallelism_config: Any = None
-    # torch.compile in the workers' Accelerator.prepare: accelerate's backend name ("no",
-    # "inductor", "aot_eager"...), any case; normalised to lower case.
-    dynamo_backend: str = "no"
-    # The fields whose value came from the config file (not the call), for the launch banner.
+    num_processes: int | None = option(
+        None,
+        check=_int(1, optional=True),
+        doc="how many workers on this machine; default: every GPU / TPU core, or 2 on CPU.",
+        cli=Cli("num_processes", "N", int),
+        panel="processes",
+        session="yes",
+    )
+    mixed_precision: MixedPrecision = option(
+        "no",
+        **_one_of(MixedPrecision),
+        doc="``'no'``, ``'fp16'``, ``'bf16'`` or ``'fp8'`` (GPUs with compute capability "
+        ">= 8.9, through torchao): the workers' ``Accelerator()`` default.",
+        cli=Cli("mixed_precision"),
+        panel="precision",
+        session="yes",
+        worker=True,
+        variables=("NOTEBOOK_ACCEL_MIXED_PRECISION", "ACCELERATE_MIXED_PRECISION"),
+    )
+    hardware: Hardware = option(
+        "auto",
+        **_one_of(Hardware),
+        doc="``'auto'``, ``'cpu'``, ``'cuda'``, ``'tpu'`` or ``'mps'``.",
+        cli=Cli("hardware"),
+        panel="hardware",
+        session="yes",
+    )
+    output: OutputMode = option(
+        "all",
+        **_one_of(OutputMode),
+        doc="whose output to show: ``'all'`` ranks, ``'main'`` (rank 0 only) or ``'none'``.",
+        cli=Cli("output"),
+        session="yes",
+    )
+    timeout: float | None = option(
+        None,
+        check=_seconds,
+        doc="seconds after which the launch is stopped with LaunchTimeoutError: the whole "
+        "launch, restarts included (each restart gets what is left); for a session, each run's.",
+        file=False,
+        cli=Cli("timeout", "SECONDS", float),
+        session="yes",
+    )
+    gradient_accumulation_steps: int = option(
+        1,
+        check=_int(1),
+        doc="the workers' ``Accelerator()`` default.",
+        panel="accumulation",
+        session="yes",
+        worker=True,
+        variables=(
+            "NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS",
+            "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+        ),
+    )
+    seed: int | None = option(
+        None,
+        check=_seed,
+        doc="seed python's ``random``, numpy and torch in every worker (and the default for "
+        "``Accelerator()`` there); ``False`` clears a seed saved in the config file.",
+        panel="seed",
+        session="yes",
+        worker=True,
+        variables=("NOTEBOOK_ACCEL_SEED",),
+    )
+    num_nodes: int = option(
+        1,
+        check=_int(1),
+        doc="machines in the job; they meet at ``master_addr:master_port`` (machine 0), and "
+        "each needs the job's secret (``NOTEBOOK_ACCEL_SECRET``, else the file "
+        "``~/.config/notebook_accel/secret``, made at first use: copy it to the others).",
+        cli=Cli("num_machines", "N", int),
+        session="refused",
+    )
+    node_rank: int = option(
+        0,
+        check=_int(0),
+        doc="this machine's rank, 0 .. num_nodes - 1.",
+        cli=Cli("machine_rank", "R", int),
+    )
+    master_addr: str = option(
+        "127.0.0.1",
+        check=_address,
+        doc="machine 0's address.",
+        cli=Cli("main_process_ip", "ADDR"),
+    )
+    master_port: int | None = option(
+        None,
+        check=_int(1, optional=True, maximum=65535),
+        doc="machine 0's port (``use_port``: accelerate's name for it).",
+        cli=Cli("main_process_port", "PORT", int),
+    )
+    max_restarts: int = option(
+        0,
+        check=_int(0),
+        doc="restart every worker (every machine's) up to this many times after a failure.",
+        cli=Cli("max_restarts", "N", int),
+        session="refused",
+    )
+    start_method: StartMethod = option(
+        "auto",
+        **_one_of(StartMethod),
+        doc="``'auto'`` (forkserver, else spawn), ``'forkserver'`` or ``'spawn'``.",
+        file=False,
+        session="yes",
+    )
+    fsdp: Any = option(
+        None,
+        check=_fsdp,
+        doc="shard models with FSDP in ``Accelerator.prepare``: a strategy name (``'full'``, "
+        "``'grad_op'``, ``'no_shard'``, ``'hybrid'``), a dict of FsdpConfig fields (or its "
+        "JSON), or an FsdpConfig; ``False`` (or ``'no'``) clears a saved choice.",
+        cli=Cli("fsdp", "STRATEGY|JSON"),
+        panel="sharding",
+        session="yes",
+        worker=True,
+    )
+    cluster: str | None = option(
+        None,
+        check=_cluster,
+        doc="run the ranks on a cluster instead of this machine: ``'ray'`` (the Ray cluster "
+        "this process joined with ``ray.init``, else the one ``RAY_ADDRESS`` names) or "
+        "``'ray://HOST:PORT'`` (Ray Client); ``num_processes`` then counts every rank on the "
+        "cluster, each a Ray task.",
+        file=False,
+        cli=Cli("cluster", "ray|ray://HOST:PORT"),
+        session="refused",
+    )
+    resources_per_worker: dict[str, float] | None = option(
+        None,
+        check=_resources,
+        doc="on a cluster, what each rank reserves, e.g. ``{'CPU': 4, 'GPU': 1}`` (default "
+        "``{'CPU': 1}``); a GPU makes it a CUDA launch.",
+        file=False,
+        cli=Cli("resources_per_worker", "JSON", _json_object),
+    )
+    placement_strategy: PlacementStrategy = option(
+        "PACK",
+        **_one_of(PlacementStrategy),
+        doc="on a cluster, ``'PACK'`` ranks on as few machines as possible or ``'SPREAD'`` "
+        "them across machines.",
+        file=False,
+        cli=Cli("placement_strategy"),
+    )
+    deepspeed: dict[str, Any] | None = option(
+        None,
+        check=_deepspeed,
+        doc="train with DeepSpeed's ZeRO in ``Accelerator.prepare`` (the ``deepspeed`` extra): "
+        "``True`` (ZeRO-2), a ZeRO stage 0-3, a ``DeepSpeedPlugin`` or a dict of its fields; "
+        "not with ``fsdp``; ``False`` clears a saved choice. (The command line spells it as "
+        "accelerate does: ``--use_deepspeed``, ``--zero_stage``, ``--deepspeed_config_file``.)",
+        panel="sharding",
+        session="yes",
+        worker=True,
+    )
+    parallelism_config: dict[str, Any] | None = option(
+        None,
+        check=_mesh,
+        doc="the workers' mesh (a ``ParallelismConfig`` or a dict of its fields: "
+        "``dp_replicate_size``, ``dp_shard_size``, ``tp_size``...); its sizes must multiply "
+        "to the job's processes (checked before any process starts).",
+        session="yes",
+        worker=True,
+    )
+    dynamo_backend: str = option(
+        "no",
+        check=_dynamo,
+        doc="compile models in ``Accelerator.prepare`` with ``torch.compile`` on this backend "
+        "(accelerate's names, any case: ``'inductor'``, ``'aot_eager'``, ``'eager'``...; "
+        "``'no'``, the default, runs eager): the workers' ``Accelerator()`` default.",
+        cli=Cli("dynamo_backend", "BACKEND", _lower),
+        panel="compile",
+        session="yes",
+        worker=True,
+        variables=("ACCELERATE_DYNAMO_BACKEND",),
+        text=lambda backend: None if backend == "no" else backend.upper(),
+    )
+    # Not options: which fields' values came from the config file, for the launch banner.
     from_file: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     file_path: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        # "Off" spellings that also override a saved choice (None means "take the file's").
-        if self.seed is False:
-            object.__setattr__(self, "seed", None)
-        if self.fsdp is False or (isinstance(self.fsdp, str) and self.fsdp in ("no", "")):
-            object.__setattr__(self, "fsdp", None)
-        _check_int("num_processes", self.num_processes, 1, optional=True)
-        _check_literal("hardware", self.hardware, Hardware)
-        _check_literal("mixed_precision", self.mixed_precision, MixedPrecision)
-        _check_int("gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
-        _check_int("seed", self.seed, 0, optional=True)
-        _check_literal("output", self.output, OutputMode)
-        _check_literal("start_method", self.start_method, StartMethod)
-        if self.timeout is not None and (
-            isinstance(self.timeout, bool)
-            or not isinstance(self.timeout, int | float)
-            or self.timeout <= 0
-        ):
-            raise ConfigError("timeout", self.timeout, "a number of seconds > 0, or None")
-        _check_int("num_nodes", self.num_nodes, 1)
-        _check_int("node_rank", self.node_rank, 0)
-        if not isinstance(self.master_addr, str) or not self.master_addr:
-            raise ConfigError("master_addr", self.master_addr, "a host name or IP address")
-        if self.master_port is not None:
-            _check_int("master_port", self.master_port, 1)
-            if self.master_port > 65535:
-                raise ConfigError("master_port", self.master_port, "a TCP port in [1, 65535]")
-        _check_int("max_restarts", self.max_restarts, 0)
-        if self.fsdp is not None:
-            from .options.fsdp import FsdpConfig  # imports torch: only when FSDP is asked for
-
-            object.__setattr__(self, "fsdp", FsdpConfig.coerce(self.fsdp))
-        self._check_cluster()
-        self._coerce_options()
+        for name, spec in options(type(self)).items():
+            object.__setattr__(self, name, spec.check(name, getattr(self, name)))
         rules.machines(
             num_nodes=self.num_nodes,
             node_rank=self.node_rank,
@@ -185,62 +458,32 @@ class LaunchConfig:
         if self.deepspeed is not None:
             rules.deepspeed_installed("deepspeed", self.deepspeed)
 
-    def _check_cluster(self) -> None:
-        if self.cluster is not None and (
-            not isinstance(self.cluster, str)
-            or not (self.cluster == "ray" or self.cluster.startswith("ray://"))
-        ):
-            raise ConfigError("cluster", self.cluster, "None, 'ray' or 'ray://HOST:PORT'")
-        _check_literal("placement_strategy", self.placement_strategy, PlacementStrategy)
-        resources = self.resources_per_worker
-        if resources is not None:
-            accepted = "a dict of resource name -> amount >= 0, e.g. {'CPU': 4, 'GPU': 1}"
-            if not isinstance(resources, dict) or not all(
-                isinstance(k, str)
-                and isinstance(v, int | float)
-                and not isinstance(v, bool)
-                and v >= 0
-                for k, v in resources.items()
-            ):
-                raise ConfigError("resources_per_worker", resources, accepted)
-
-    def _coerce_options(self) -> None:
-        """DeepSpeed's, the mesh's and torch.compile's options in their stored forms."""
-        from .options import deepspeed, dynamo, parallelism  # torch-free
-
-        object.__setattr__(self, "deepspeed", deepspeed.coerce_option(self.deepspeed))
-        mesh = parallelism.coerce_option(self.parallelism_config)
-        object.__setattr__(self, "parallelism_config", mesh)
-        object.__setattr__(self, "dynamo_backend", dynamo.coerce_option(self.dynamo_backend))
-
     def replace(self, **changes: Any) -> LaunchConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
-    def worker_options(self) -> dict[str, str]:
-        """The choices the workers' Accelerator reads (``env.launch_option(name)``)."""
-        out = {
-            "mixed_precision": self.mixed_precision,
-            "gradient_accumulation_steps": str(self.gradient_accumulation_steps),
-        }
-        if self.seed is not None:
-            out["seed"] = str(self.seed)
-        if self.fsdp is not None:
-            out["fsdp"] = self.fsdp.to_option()
-        if self.deepspeed is not None:
-            out["deepspeed"] = json.dumps(self.deepspeed)
-        if self.parallelism_config is not None:
-            out["parallelism_config"] = json.dumps(self.parallelism_config)
-        if self.dynamo_backend != "no":
-            out["dynamo_backend"] = self.dynamo_backend
+    def worker_variables(self) -> dict[str, str]:
+        """The variables every worker gets from these options (``Option.variables``): for
+        user code and accelerate's classes; ours read the LaunchConfig itself."""
+        out: dict[str, str] = {}
+        for name, spec in options(type(self)).items():
+            value = getattr(self, name)
+            text = None if value is None else spec.text(value)
+            if text is not None:
+                out.update(dict.fromkeys(spec.variables, text))
         return out
 
-    def file_values(self) -> dict[str, Any]:
-        """The values that belong in the config file (JSON types only)."""
-        values = {key: getattr(self, key) for key in FILE_KEYS}
+    def plain(self) -> dict[str, Any]:
+        """Every option's value in JSON types (an FsdpConfig as a dict of its fields)."""
+        values = {name: getattr(self, name) for name in options(type(self))}
         if self.fsdp is not None:
             values["fsdp"] = json.loads(self.fsdp.to_option())
         return values
+
+    def file_values(self) -> dict[str, Any]:
+        """The values that belong in the config file (JSON types only)."""
+        table = options(type(self))
+        return {name: value for name, value in self.plain().items() if table[name].file}
 
     @classmethod
     def from_defaults(cls, path: Path | None = None, **given: Any) -> LaunchConfig:
@@ -252,15 +495,18 @@ class LaunchConfig:
         built-in defaults.
         """
         path = path or env.config_file()
-        saved = load_file(path)
+        saved = load_file(path, cls)
+        table = options(cls)
+        unknown = sorted(set(given) - set(table))
+        if unknown:
+            raise TypeError(f"not a launch option: {unknown[0]}")
         values: dict[str, Any] = dict(saved)
         values.update({k: v for k, v in given.items() if v is not None})
-        known = {f.name for f in fields(cls)}
         defaults = {f.name: f.default for f in fields(cls)}
         decided = tuple(
-            k for k, v in saved.items() if k in known and given.get(k) is None and v != defaults[k]
+            k for k, v in saved.items() if k in table and given.get(k) is None and v != defaults[k]
         )
-        chosen = {k: v for k, v in values.items() if k in known}
+        chosen = {k: v for k, v in values.items() if k in table}
         return cls(**chosen, from_file=decided, file_path=str(path))
 
     def file_note(self) -> str:
@@ -286,7 +532,50 @@ class LaunchConfig:
         )
 
 
-def load_file(path: Path | None = None) -> dict[str, Any]:
+def options(table: type[LaunchConfig] = LaunchConfig) -> dict[str, Option]:
+    """The launch options of ``table`` (LaunchConfig, or a subclass adding some), in order.
+
+    Example:
+        >>> options()["output"].choices
+        ('all', 'main', 'none')
+    """
+    return {f.name: f.metadata[_OPTION] for f in fields(table) if _OPTION in f.metadata}
+
+
+def given(
+    values: Mapping[str, Any], session: bool = False, table: type[LaunchConfig] = LaunchConfig
+) -> dict[str, Any]:
+    """The launch options among a call's arguments (``locals()`` of notebook_launcher, or of
+    Workers with ``session``: the options a session takes)."""
+    names = [name for name, spec in options(table).items() if not session or spec.session == "yes"]
+    return {name: values[name] for name in names if name in values}
+
+
+def document(doc: str | None, session: bool = False) -> str:
+    """``doc`` with its ``{options}`` line replaced by the Args entry of every launch option
+    that the call takes (a session's with ``session``), from the table's help.
+
+    One place says what an option does: notebook_launcher's and Workers' docstrings and the
+    command line's help are made from it.
+    """
+    lines = []
+    for name, spec in options().items():
+        if session and spec.session != "yes":
+            continue
+        words = spec.doc.split()
+        line, entry = f"        {name}:", []
+        for word in words:
+            if len(line) + 1 + len(word) > 96:
+                entry.append(line)
+                line = "            " + word
+            else:
+                line = f"{line} {word}"
+        entry.append(line)
+        lines.append("\n".join(entry))
+    return (doc or "").replace("        {options}", "\n".join(lines))
+
+
+def load_file(path: Path | None = None, table: type[LaunchConfig] = LaunchConfig) -> dict[str, Any]:
     """The saved defaults; a missing file gives ``{}``, a broken one a warning and ``{}``."""
     path = path or env.config_file()
     try:
@@ -298,12 +587,13 @@ def load_file(path: Path | None = None) -> dict[str, Any]:
             f"notebook_accel: cannot read {path} ({exc}); using the defaults.", stacklevel=2
         )
         return {}
+    keys = {name for name, spec in options(table).items() if spec.file}
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("the top level is not a JSON object")
-        values = {k: v for k, v in data.items() if k in FILE_KEYS}
-        LaunchConfig(**values)  # validate the file's values as a whole
+        values = {k: v for k, v in data.items() if k in keys}
+        table(**values)  # validate the file's values as a whole
     except (ValueError, TypeError) as exc:
         warnings.warn(
             f"notebook_accel: the config file {path} is not valid ({exc}); using the defaults. "
@@ -375,6 +665,5 @@ def write_basic_config(
         )
         return False
     precision = str(mixed_precision).lower()
-    if precision not in get_args(MixedPrecision):
-        raise ConfigError("mixed_precision", mixed_precision, f"one of {_choices(MixedPrecision)}")
+    options()["mixed_precision"].check("mixed_precision", precision)
     return save_file(LaunchConfig(mixed_precision=precision), path)  # type: ignore[arg-type]

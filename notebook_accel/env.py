@@ -4,11 +4,11 @@ Every environment variable the library cares about is named here, once:
 
     parent (notebook)                         worker (child process)
     -----------------                         ----------------------
-    snapshot()  --- travels in the payload -->  install(snapshot, WorkerEnv)
+    snapshot()  --- travels in the payload -->  install(snapshot, WorkerEnv.variables())
                                                   RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
                                                   GROUP_RANK, MASTER_ADDR, MASTER_PORT,
-                                                  NOTEBOOK_ACCEL_* (precision, device, backend)
-    Accelerator / training/state.py  <-- read_distributed(), launch_option()
+                                                  and those derived from its launch (launched.py)
+    training/state.py  <-- read_distributed()
 
 The workers take the parent's environment as it is at launch time (not as it was when the
 forkserver started), so a variable set in a cell just before a launch reaches them.
@@ -28,12 +28,10 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "WorkerEnv",
     "DistributedEnv",
     "snapshot",
     "install",
     "read_distributed",
-    "launch_option",
     "get",
     "set_var",
     "overridden",
@@ -64,48 +62,6 @@ STORE_KEY_VARIABLE = _PREFIX + "STORE_KEY"
 
 
 @dataclass(frozen=True)
-class WorkerEnv:
-    """The distributed variables one worker receives."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-    local_world_size: int
-    node_rank: int
-    master_addr: str
-    master_port: int
-    device_type: str
-    backend: str
-    loopback: bool = True
-    # The launch's choices (mixed precision, accumulation, seed, fsdp: NOTEBOOK_ACCEL_*) and
-    # TORCHELASTIC_RESTART_COUNT, the same for every rank.
-    extra: tuple[tuple[str, str], ...] = ()
-
-    def variables(self) -> dict[str, str]:
-        out = {
-            "RANK": str(self.rank),
-            "LOCAL_RANK": str(self.local_rank),
-            "WORLD_SIZE": str(self.world_size),
-            "LOCAL_WORLD_SIZE": str(self.local_world_size),
-            "GROUP_RANK": str(self.node_rank),
-            "NODE_RANK": str(self.node_rank),
-            "MASTER_ADDR": self.master_addr,
-            "MASTER_PORT": str(self.master_port),
-            **launch_variables(launched="1", device_type=self.device_type, backend=self.backend),
-        }
-        # A store someone else hosts, as under torchrun's agent: no rank of a plain env://
-        # (torch's own handler) hosts one at MASTER_ADDR:MASTER_PORT. On one machine or several
-        # env:// meets in the launch's private store (launch/rank/worker_store.py); on Ray,
-        # rank 0's task hosts the TCPStore beside the function (launch/cluster/ray/store.py).
-        out["TORCHELASTIC_USE_AGENT_STORE"] = "True"
-        if self.loopback:
-            # Keep gloo's and NCCL's bootstrap sockets on loopback for single-machine launches.
-            out["GLOO_SOCKET_IFNAME"] = out["NCCL_SOCKET_IFNAME"] = loopback_interface()
-        out.update(dict(self.extra))
-        return out
-
-
-@dataclass(frozen=True)
 class DistributedEnv:
     """What a process can learn about its place in a job from its environment."""
 
@@ -115,7 +71,6 @@ class DistributedEnv:
     local_world_size: int
     master_addr: str | None
     master_port: int | None
-    launched_by_us: bool
 
 
 @functools.cache
@@ -168,9 +123,9 @@ def snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != SECRET_VARIABLE}
 
 
-def install(base: Mapping[str, str], worker: WorkerEnv) -> None:
-    """Replace this process's environment by ``base`` plus the worker's variables."""
-    restore({**base, **worker.variables()})
+def install(base: Mapping[str, str], variables: Mapping[str, str]) -> None:
+    """Replace this process's environment by ``base`` plus a rank's ``variables``."""
+    restore({**base, **variables})
 
 
 def restore(saved: Mapping[str, str]) -> None:
@@ -213,13 +168,7 @@ def read_distributed() -> DistributedEnv:
         local_world_size=local_world if local_world is not None else world,
         master_addr=os.environ.get("MASTER_ADDR"),
         master_port=port,
-        launched_by_us=os.environ.get(_PREFIX + "LAUNCHED") == "1",
     )
-
-
-def launch_option(name: str) -> str | None:
-    """A launch choice passed to the workers, e.g. ``launch_option("mixed_precision")``."""
-    return os.environ.get(_PREFIX + name.upper())
 
 
 # Set (1, true, yes) to keep the launcher's forkserver from starting before the first launch.
@@ -339,9 +288,9 @@ def secret_file() -> Path:
     return _config_folder() / "notebook_accel" / "secret"
 
 
-# -- launch options for workers ------------------------------------------------------------
+# -- variables derived from a launch, for user code (launched.Launch.variables) -----------
 def launch_variables(**options: str) -> dict[str, str]:
-    """The ``NOTEBOOK_ACCEL_*`` variables that carry launch options to workers we do not fork.
+    """``NOTEBOOK_ACCEL_*`` variables: what a rank's launch says, for user code to read.
 
     Example:
         >>> launch_variables(mixed_precision="bf16")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from notebook_accel import ConfigError, debug_launcher, notebook_launcher
-from notebook_accel.config import LaunchConfig, load_file, save_file
+from notebook_accel.config import Cli, LaunchConfig, load_file, option, save_file
 
 
 def _config_path() -> Path:
@@ -56,10 +57,10 @@ def test_validation_messages() -> None:
         LaunchConfig(seed=-1)
 
 
-def _seed_and_fsdp() -> tuple[str | None, str | None]:
-    from notebook_accel import env
+def _seed_and_fsdp() -> tuple[int | None, object]:
+    from notebook_accel import launched
 
-    return env.launch_option("seed"), env.launch_option("fsdp")
+    return launched.option("seed"), launched.option("fsdp")
 
 
 def test_the_banner_names_what_came_from_the_file(capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,7 +91,7 @@ def test_seed_false_and_fsdp_false_clear_saved_choices() -> None:
             "num_processes",
         )
     )
-    assert notebook_launcher(_seed_and_fsdp, fsdp=False) == [("5", None)] * 2
+    assert notebook_launcher(_seed_and_fsdp, fsdp=False) == [(5, None)] * 2
 
 
 def test_reset_file_gives_the_built_in_defaults_back() -> None:
@@ -100,3 +101,81 @@ def test_reset_file_gives_the_built_in_defaults_back() -> None:
     assert reset_file() == _config_path() and not _config_path().exists()
     assert LaunchConfig.from_defaults() == LaunchConfig()
     reset_file()  # no file: nothing to do
+
+
+# -- adding an option: one field of the table, every face follows ----------------------------
+def _positive_seconds(name: str, value: object) -> object:
+    if value is not None and (not isinstance(value, int | float) or value <= 0):
+        raise ConfigError(name, value, "seconds > 0, or None")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class WithPatience(LaunchConfig):
+    """A copy of the table with one more option, declared as the real ones are."""
+
+    patience: float | None = option(
+        None,
+        check=_positive_seconds,
+        doc="seconds to wait.",
+        cli=Cli("patience", "SECONDS", float),
+        panel="Patience (s)",
+        session="yes",
+        worker=True,
+        variables=("MY_PATIENCE",),
+    )
+
+
+def _patience() -> tuple[object, str | None]:
+    from notebook_accel import launched
+
+    return launched.option("patience"), os.environ.get("MY_PATIENCE")
+
+
+def test_an_option_added_to_the_table_reaches_every_face(tmp_path: Path) -> None:
+    from notebook_accel.config import given, options
+    from notebook_accel.faces.cli import build_parser, config_from
+    from notebook_accel.faces.panel import LaunchPanel
+    from notebook_accel.hardware import Machine
+    from notebook_accel.launch import launch
+
+    # checked as a field, before any process starts
+    with pytest.raises(ConfigError, match="patience=-1 .*seconds > 0"):
+        WithPatience(patience=-1)
+    # the call's arguments: Workers and notebook_launcher take the table's names
+    assert given({"patience": 3, "function": None}, table=WithPatience) == {"patience": 3}
+    assert given({"patience": 3}, session=True, table=WithPatience) == {"patience": 3}
+    assert "patience" not in options()  # the real table is untouched
+    # the config file: written, read back, and named in the banner's note
+    save_file(WithPatience(patience=4.0))
+    assert load_file(table=WithPatience)["patience"] == 4.0
+    assert load_file() == LaunchConfig().file_values()  # not a key of the real table
+    from_file = WithPatience.from_defaults()
+    assert from_file.patience == 4.0 and from_file.from_file == ("patience",)
+    # the command line
+    args = build_parser(WithPatience).parse_args(["launch", "--patience", "7", "x.py"])
+    assert config_from(args, WithPatience).patience == 7.0
+    # the panel: a plain control of its own
+    panel = LaunchPanel(lambda: 1, machine=Machine(cpu_cores=2), table=WithPatience)
+    assert panel._controls["Patience (s)"].widget.value == "4.0"  # the saved value
+    panel._controls["Patience (s)"].widget.value = "9"
+    assert panel.launch_config.patience == 9
+    # the workers: the option in their launch, and its variable for user code
+    config = WithPatience(num_processes=2, hardware="cpu", patience=2.5)
+    assert launch(_patience, (), None, config) == [(2.5, "2.5")] * 2
+
+
+def test_the_launchers_parameters_are_the_tables_options() -> None:
+    import inspect
+
+    from notebook_accel import Workers
+    from notebook_accel.config import options
+
+    table = options()
+    launcher = set(inspect.signature(notebook_launcher).parameters)
+    assert launcher == {"function", "args", "kwargs", "use_port", *table}
+    session = set(inspect.signature(Workers).parameters)
+    assert session == {name for name, spec in table.items() if spec.session != "no"}
+    for name, spec in table.items():  # each documented once, from the table
+        assert (f"        {name}: " in (notebook_launcher.__doc__ or "")) is True
+        assert (f"        {name}: " in (Workers.__doc__ or "")) is (spec.session == "yes")

@@ -129,6 +129,7 @@ def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
         "env.py",
         "errors.py",
         "hooks.py",
+        "launched.py",
         "local_sgd.py",
         "logging.py",
         "quiet.py",

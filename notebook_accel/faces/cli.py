@@ -19,42 +19,21 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from .. import env, hardware
-from ..config import (
-    Hardware,
-    LaunchConfig,
-    MixedPrecision,
-    OutputMode,
-    load_file,
-    reset_file,
-    save_file,
-)
+from ..config import LaunchConfig, load_file, options, reset_file, save_file
 from ..errors import ConfigError, NotebookAccelError, RemoteTraceback
-from ..options.dynamo import DynamoBackend
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "config_from", "main"]
 
-# Command-line option -> LaunchConfig field. The option names are HF accelerate's.
-_OPTIONS = {
-    "num_processes": "num_processes",
-    "mixed_precision": "mixed_precision",
-    "num_machines": "num_nodes",
-    "machine_rank": "node_rank",
-    "main_process_ip": "master_addr",
-    "main_process_port": "master_port",
-    "max_restarts": "max_restarts",
-    "hardware": "hardware",
-    "output": "output",
-    "timeout": "timeout",
-    "fsdp": "fsdp",
-    "cluster": "cluster",
-    "resources_per_worker": "resources_per_worker",
-    "placement_strategy": "placement_strategy",
-    "dynamo_backend": "dynamo_backend",
-}
-_FIELD_TO_OPTION = {field: f"--{option}" for option, field in _OPTIONS.items()}
+
+def _flags(table: type[LaunchConfig] = LaunchConfig) -> dict[str, str]:
+    """Command-line flag -> launch option (the table's Cli entries: HF accelerate's names)."""
+    return {spec.cli.flag: name for name, spec in options(table).items() if spec.cli is not None}
+
+
+_FIELD_TO_OPTION = {field: f"--{flag}" for flag, field in _flags().items()}
 _FIELD_TO_OPTION["script"] = "script"
 _FIELD_TO_OPTION["rendezvous_timeout"] = "--rendezvous_timeout"
 
@@ -67,7 +46,7 @@ def _add(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
     parser.add_argument(*spellings, dest=name, default=None, **kwargs)
 
 
-def _launch_parser(sub: Any) -> None:
+def _launch_parser(sub: Any, table: type[LaunchConfig]) -> None:
     p = sub.add_parser(
         "launch",
         help="run a training script on every process (and machine)",
@@ -75,38 +54,16 @@ def _launch_parser(sub: Any) -> None:
         "config file (`notebook-accel config`).",
         allow_abbrev=False,
     )
-    _add(p, "num_processes", type=int, metavar="N", help="processes on this machine")
-    _add(p, "mixed_precision", choices=get_args(MixedPrecision))
-    _add(p, "hardware", choices=get_args(Hardware))
-    _add(
-        p,
-        "dynamo_backend",
-        type=str.lower,
-        choices=[b.value.lower() for b in DynamoBackend],
-        metavar="BACKEND",
-        help="compile models in Accelerator.prepare with torch.compile on this backend "
-        "(inductor, aot_eager, eager...; default no)",
-    )
-    _add(
-        p,
-        "num_machines",
-        type=int,
-        metavar="N",
-        help="machines in the job (default 1); every one needs the job's secret: "
-        "NOTEBOOK_ACCEL_SECRET, or ~/.config/notebook_accel/secret copied from machine 0",
-    )
-    _add(p, "machine_rank", type=int, metavar="R", help="this machine's rank, 0 .. N-1")
-    _add(p, "main_process_ip", metavar="ADDR", help="machine 0's address")
-    _add(p, "main_process_port", type=int, metavar="PORT", help="machine 0's port")
-    _add(p, "max_restarts", type=int, metavar="N", help="restart the group up to N times")
-    _add(p, "output", choices=get_args(OutputMode), help="whose output lines to show")
-    _add(p, "timeout", type=float, metavar="SECONDS", help="stop a launch that runs longer")
-    _add(
-        p,
-        "fsdp",
-        metavar="STRATEGY|JSON",
-        help="shard models with FSDP: full, grad_op, no_shard, hybrid, or FsdpConfig JSON",
-    )
+    for spec in options(table).values():  # the launch options, as the table spells them
+        if spec.cli is not None:
+            _add(
+                p,
+                spec.cli.flag,
+                type=spec.cli.parse,
+                choices=spec.choices or None,
+                metavar=spec.cli.metavar,
+                help=spec.doc.replace("``", "").replace("%", "%%"),
+            )
     p.add_argument(
         "--use_deepspeed",
         "--use-deepspeed",
@@ -116,21 +73,6 @@ def _launch_parser(sub: Any) -> None:
     )
     _add(p, "zero_stage", type=int, metavar="N", help="DeepSpeed's ZeRO stage, 0-3 (default 2)")
     _add(p, "deepspeed_config_file", metavar="PATH", help="a DeepSpeed config JSON")
-    _add(
-        p,
-        "cluster",
-        metavar="ray|ray://HOST:PORT",
-        help="run the ranks on a Ray cluster (RAY_ADDRESS, or one started on this machine); "
-        "--num_processes then counts every rank on the cluster",
-    )
-    _add(
-        p,
-        "resources_per_worker",
-        type=_json_object,
-        metavar="JSON",
-        help='on a cluster, what each rank reserves, e.g. \'{"CPU": 4, "GPU": 1}\'',
-    )
-    _add(p, "placement_strategy", choices=("PACK", "SPREAD"), help="on a cluster: PACK or SPREAD")
     _add(
         p,
         "rendezvous_timeout",
@@ -144,20 +86,8 @@ def _launch_parser(sub: Any) -> None:
     p.set_defaults(handler=_launch)
 
 
-def _json_object(text: str) -> Any:
-    import json
-
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("a JSON object is expected, e.g. '{\"CPU\": 2}'")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``notebook-accel`` argument parser.
+def build_parser(table: type[LaunchConfig] = LaunchConfig) -> argparse.ArgumentParser:
+    """The ``notebook-accel`` argument parser (``table``: the launch options it offers).
 
     Example:
         >>> build_parser().parse_args(["env"]).command
@@ -169,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Launch PyTorch training on several processes, as notebook_launcher does.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{launch,config,env}")
-    _launch_parser(sub)
+    _launch_parser(sub, table)
     c = sub.add_parser(
         "config", help="answer a few questions; writes the config file", allow_abbrev=False
     )
@@ -214,14 +144,15 @@ def _cli_message(exc: NotebookAccelError) -> str:
 
 
 # -- launch ---------------------------------------------------------------------------------
-def _config_from(args: argparse.Namespace) -> LaunchConfig:
-    given = {field: getattr(args, option) for option, field in _OPTIONS.items()}
+def config_from(args: argparse.Namespace, table: type[LaunchConfig] = LaunchConfig) -> LaunchConfig:
+    """The launch options ``notebook-accel launch`` was given (the config file fills the rest)."""
+    given = {field: getattr(args, flag) for flag, field in _flags(table).items()}
     deepspeed = _deepspeed_option(args)
     if deepspeed is not None:
         given["deepspeed"] = deepspeed
         if args.fsdp is None:  # the command line's DeepSpeed wins over the file's FSDP
             given["fsdp"] = False
-    return LaunchConfig.from_defaults(args.config_file, **given)
+    return table.from_defaults(args.config_file, **given)
 
 
 def _deepspeed_option(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -242,7 +173,7 @@ def _launch(args: argparse.Namespace) -> int:
     from ..launch.wire.script import checked_script, run_script, run_script_text
 
     script = checked_script(args.script)
-    config = _config_from(args)
+    config = config_from(args)
     if args.rendezvous_timeout is not None and not args.rendezvous_timeout > 0:
         raise ConfigError("rendezvous_timeout", args.rendezvous_timeout, "seconds > 0")
     function: Callable[..., None] = run_script

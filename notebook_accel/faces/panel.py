@@ -25,18 +25,20 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import json
 import sys
 import threading
 import time
 import warnings
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as w
 
 from .. import hardware
-from ..config import LaunchConfig, load_file, save_file
+from ..config import LaunchConfig, load_file, options, save_file
 from ..errors import ConfigError, NotebookAccelError, user_text
 from ..launch.local.session import Workers
 from ..launch.plan import plan_for
@@ -46,15 +48,9 @@ from ..reporting.channel import Health, Progress
 
 __all__ = ["LaunchPanel"]
 
-_PANEL_FIELDS = (
-    "hardware",
-    "num_processes",
-    "mixed_precision",
-    "gradient_accumulation_steps",
-    "seed",
-    "fsdp",
-    "dynamo_backend",
-)
+# The form's order of the controls this panel draws itself; an option of the table whose
+# ``panel`` names another control gets a plain one (_plain_control), after these.
+_ORDER = ("hardware", "processes", "precision", "accumulation", "sharding", "compile", "seed")
 # torch.compile backends offered (the launcher takes any of accelerate's names).
 _COMPILE = (
     ("No (eager)", "no"),
@@ -82,6 +78,8 @@ class LaunchPanel(w.VBox):
         kwargs: its keyword arguments.
         machine: the hardware to offer (default: this machine, detected).
         workers: run on this session's workers instead of launching (the button says Run).
+        table: the launch options (LaunchConfig; a subclass adding some): each option whose
+            ``panel`` names a control is shown by it.
 
     Example:
         >>> panel = LaunchPanel(train, args=(3e-4,))  # doctest: +SKIP
@@ -99,6 +97,7 @@ class LaunchPanel(w.VBox):
         *,
         machine: hardware.Machine | None = None,
         workers: Workers | None = None,
+        table: type[LaunchConfig] = LaunchConfig,
     ) -> None:
         self.function = function
         self.workers = workers
@@ -111,9 +110,11 @@ class LaunchPanel(w.VBox):
         self._cluster = _ray_cluster()  # (description, CPUs, GPUs) of a joined Ray cluster
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        saved, problem = _saved_choices()
+        self.table = table
+        saved, problem = _saved_choices(table)
         self._build_controls()
-        self._apply(saved)
+        self._controls = self._made_controls()
+        self._show(saved)
         self.status = w.HTML()
         self.ranks = w.VBox()
         self.bars = w.VBox()
@@ -147,17 +148,8 @@ class LaunchPanel(w.VBox):
 
     def _for_session(self, workers: Workers) -> None:
         """The session decided the choices: show them, fixed; Launch becomes Run."""
-        config = workers.config
-        if config.hardware in self._kinds:
-            self.hardware.value = config.hardware
         self.processes.max = max(self.processes.max, workers.num_processes)
-        self.processes.value = workers.num_processes
-        if config.mixed_precision in self.precision.options:
-            self.precision.value = config.mixed_precision
-        self.accumulation.value = config.gradient_accumulation_steps
-        self.seed.value = "" if config.seed is None else str(config.seed)
-        if config.dynamo_backend in dict(self.compile.options).values():
-            self.compile.value = config.dynamo_backend
+        self._show({**workers.config.plain(), "num_processes": workers.num_processes})
         self.launch_button.description = "Run"
         self._set_running(False)
         self._say(f"Runs on the session's workers: {workers.plan.describe()}.")
@@ -231,53 +223,94 @@ class LaunchPanel(w.VBox):
         self.precision.options = list(precisions)
         self.precision.value = current if current in precisions else "no"
 
-    def _apply(self, saved: dict[str, Any]) -> None:
-        """Start from the saved choices, where this machine can honour them."""
-        if saved.get("hardware") in self._kinds:
-            self.hardware.value = saved["hardware"]
-        if isinstance(saved.get("num_processes"), int):
-            self.processes.value = min(saved["num_processes"], self.processes.max)
-        if saved.get("mixed_precision") in self.precision.options:
-            self.precision.value = saved["mixed_precision"]
-        self.accumulation.value = saved.get("gradient_accumulation_steps", 1)
-        seed = saved.get("seed")
-        self.seed.value = "" if seed is None else str(seed)
-        strategy = (saved.get("fsdp") or {}).get("sharding_strategy", "no")
-        if saved.get("deepspeed") is not None:
-            strategy = f"zero{saved['deepspeed'].get('zero_stage', 2)}"
+    def _made_controls(self) -> dict[str, _Control]:
+        """The form's controls, from the table: each option's ``panel`` names its control."""
+        wanted: dict[str, list[str]] = {}
+        for name, spec in options(self.table).items():
+            if spec.panel is not None:
+                wanted.setdefault(spec.panel, []).append(name)
+        own = {
+            "hardware": _Control(self.hardware, self._read_hardware, self._show_hardware),
+            "processes": _field_control(self.processes, "num_processes"),
+            "precision": _Control(self.precision, self._read_precision, self._show_precision),
+            "accumulation": _field_control(self.accumulation, "gradient_accumulation_steps"),
+            "sharding": _Control(self.sharding, self._read_sharding, self._show_sharding),
+            "compile": _Control(self.compile, self._read_compile, self._show_compile),
+            "seed": _Control(self.seed, self._read_seed, self._show_seed),
+        }
+        made = {name: own[name] for name in _ORDER if name in wanted}
+        for name, names in wanted.items():
+            if name not in made:
+                made[name] = _plain_control(name, names, self.table)
+        return made
+
+    def _show(self, values: dict[str, Any]) -> None:
+        """Show ``values`` (the config file's, a session's), where this machine can honour
+        them."""
+        for control in self._controls.values():
+            control.show(values)
+
+    def _read_hardware(self) -> dict[str, Any]:
+        return {"hardware": "auto" if self.hardware.value == _RAY else self.hardware.value}
+
+    def _show_hardware(self, values: dict[str, Any]) -> None:
+        if values.get("hardware") in self._kinds:
+            self.hardware.value = values["hardware"]
+
+    def _read_precision(self) -> dict[str, Any]:
+        return {"mixed_precision": self.precision.value}
+
+    def _show_precision(self, values: dict[str, Any]) -> None:
+        if values.get("mixed_precision") in self.precision.options:
+            self.precision.value = values["mixed_precision"]
+
+    def _read_sharding(self) -> dict[str, Any]:
+        choice = self.sharding.value
+        zero = choice.startswith("zero")
+        return {
+            "fsdp": None if choice == "no" or zero else choice,
+            "deepspeed": int(choice[-1]) if zero else None,
+        }
+
+    def _show_sharding(self, values: dict[str, Any]) -> None:
+        strategy = (values.get("fsdp") or {}).get("sharding_strategy", "no")
+        if values.get("deepspeed") is not None:
+            strategy = f"zero{values['deepspeed'].get('zero_stage', 2)}"
         if strategy in dict(self.sharding.options).values():
             self.sharding.value = strategy
-        if saved.get("dynamo_backend") in dict(self.compile.options).values():
-            self.compile.value = saved["dynamo_backend"]
+
+    def _read_compile(self) -> dict[str, Any]:
+        return {"dynamo_backend": self.compile.value}
+
+    def _show_compile(self, values: dict[str, Any]) -> None:
+        if values.get("dynamo_backend") in dict(self.compile.options).values():
+            self.compile.value = values["dynamo_backend"]
+
+    def _read_seed(self) -> dict[str, Any]:
+        text = self.seed.value.strip()
+        try:
+            return {"seed": None if text in ("", "none", "None") else int(text)}
+        except ValueError:
+            raise ConfigError("seed", text, "an int >= 0, or empty for none") from None
+
+    def _show_seed(self, values: dict[str, Any]) -> None:
+        if "seed" in values:
+            self.seed.value = "" if values["seed"] is None else str(values["seed"])
 
     @property
     def launch_config(self) -> LaunchConfig:
         """The launch configuration the controls describe (raises ConfigError if invalid)."""
-        text = self.seed.value.strip()
-        try:
-            seed = None if text in ("", "none", "None") else int(text)
-        except ValueError:
-            raise ConfigError("seed", text, "an int >= 0, or empty for none") from None
+        chosen: dict[str, Any] = {}
+        for control in self._controls.values():
+            chosen.update(control.read())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a broken file was reported when the panel opened
-            base = LaunchConfig.from_defaults()
+            base = self.table.from_defaults()
         if self.hardware.value == _RAY and self._cluster:
             gpu = {"GPU": 1} if self._cluster[2] else None
             base = base.replace(cluster="ray", resources_per_worker=gpu, num_nodes=1)
-        return base.replace(
-            # The panel's own controls decide these, whatever the file said.
-            from_file=tuple(k for k in base.from_file if k not in _PANEL_FIELDS),
-            hardware="auto" if self.hardware.value == _RAY else self.hardware.value,
-            num_processes=self.processes.value,
-            mixed_precision=self.precision.value,
-            gradient_accumulation_steps=self.accumulation.value,
-            seed=seed,
-            fsdp=None if self.sharding.value in ("no", "zero2", "zero3") else self.sharding.value,
-            deepspeed=int(self.sharding.value[-1])
-            if self.sharding.value.startswith("zero")
-            else None,
-            dynamo_backend=self.compile.value,
-        )
+        # The panel's own controls decide these, whatever the file said.
+        return base.replace(from_file=tuple(k for k in base.from_file if k not in chosen), **chosen)
 
     # -- launching --------------------------------------------------------------------------
     @property
@@ -373,16 +406,7 @@ class LaunchPanel(w.VBox):
     # -- showing ----------------------------------------------------------------------------
     def _choices(self) -> tuple[w.DOMWidget, ...]:
         """The form's choices, top to bottom."""
-        return (
-            self.hardware,
-            self.processes,
-            self.precision,
-            self.accumulation,
-            self.sharding,
-            self.compile,
-            self.seed,
-            self.save_default,
-        )
+        return (*(control.widget for control in self._controls.values()), self.save_default)
 
     def _set_running(self, running: bool) -> None:
         fixed = self.workers is not None  # a session's choices were made when it started
@@ -419,6 +443,64 @@ class LaunchPanel(w.VBox):
             f"<details><summary>traceback</summary><pre>{html.escape(detail)}</pre></details>"
             "</div>"
         )
+
+
+@dataclass(frozen=True)
+class _Control:
+    """One row of the form: its widget, the options it decides (``read``), and how it shows
+    values as the config file holds them (``show``: the keys it knows, where it can)."""
+
+    widget: w.DOMWidget
+    read: Callable[[], dict[str, Any]]
+    show: Callable[[dict[str, Any]], None]
+
+
+def _field_control(widget: w.DOMWidget, name: str) -> _Control:
+    """A number box that decides option ``name`` alone."""
+
+    def show(values: dict[str, Any]) -> None:
+        value = values.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            widget.value = min(value, widget.max)
+
+    return _Control(widget, lambda: {name: widget.value}, show)
+
+
+def _plain_control(label: str, names: list[str], table: type[LaunchConfig]) -> _Control:
+    """The control of an option the panel has no drawing of its own for: a dropdown of its
+    choices, else a text box whose text is read as JSON (a number, ``null``), else as text;
+    empty leaves the option to the config file. The option's own check judges the value."""
+    [name] = names  # a plain control decides one option
+    spec = options(table)[name]
+    style = {"description_width": "150px"}
+    if spec.choices:
+        widget: w.DOMWidget = w.Dropdown(description=label, options=list(spec.choices), style=style)
+
+        def read() -> dict[str, Any]:
+            return {name: widget.value}
+    else:
+        widget = w.Text(description=label, placeholder="default", style=style)
+
+        def read() -> dict[str, Any]:
+            text = widget.value.strip()
+            if not text:
+                return {}
+            try:
+                return {name: json.loads(text)}
+            except ValueError:
+                return {name: text}
+
+    def show(values: dict[str, Any]) -> None:
+        if name not in values:
+            return
+        value = values[name]
+        if spec.choices:
+            if value in spec.choices:
+                widget.value = value
+        else:
+            widget.value = "" if value is None else json.dumps(value)
+
+    return _Control(widget, read, show)
 
 
 class _PanelDisplay(Display):
@@ -627,12 +709,12 @@ class _WidgetChart:
         return False  # the panel's chart has its own place, under the bars
 
 
-def _saved_choices() -> tuple[dict[str, Any], str]:
+def _saved_choices(table: type[LaunchConfig]) -> tuple[dict[str, Any], str]:
     """The config file's values, and a plain message if it could not be used."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            values = load_file()
+            values = load_file(None, table)
         except (OSError, ValueError, NotebookAccelError) as exc:
             return {}, f"The config file could not be read ({exc}); using the defaults."
     problem = " ".join(str(c.message) for c in caught)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import env, hardware
-from ..config import LaunchConfig
+from ..config import LaunchConfig, document, given
 from ..errors import ConfigError, LaunchTimeoutError, UserFrames
 from .local.engine import Engine
 from .local.forkserver import warm_up, warm_up_early
@@ -257,46 +257,9 @@ def notebook_launcher(
     Args:
         function: the function to run in every worker.
         args: its positional arguments, as a tuple.
-        num_processes: how many workers on this machine; default: every GPU / TPU core,
-            or 2 on CPU (from the config file when it says otherwise).
-        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"`` (GPUs with compute
-            capability >= 8.9, through torchao), passed to the Accelerator.
         kwargs: keyword arguments for ``function``.
-        hardware: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"tpu"`` or ``"mps"``.
-        output: whose lines to show: ``"all"`` ranks, ``"main"`` (rank 0 only) or ``"none"``.
-        timeout: seconds after which the launch is stopped with LaunchTimeoutError; the
-            whole launch, restarts included (each restart gets what is left).
-        gradient_accumulation_steps: default for ``Accelerator()`` in the workers.
-        seed: seed python's ``random``, numpy and torch in every worker (and the default
-            for ``Accelerator()`` there); ``False`` clears a seed saved in the config file.
-        num_nodes, node_rank, master_addr, master_port: run the same cell on several
-            machines; they meet at ``master_addr:master_port`` (machine 0), and each needs
-            the job's secret (``NOTEBOOK_ACCEL_SECRET``, else the file
-            ``~/.config/notebook_accel/secret``, made at first use: copy it to the others).
         use_port: HF accelerate's name for ``master_port``.
-        max_restarts: restart every worker up to this many times after a failure.
-        start_method: ``"auto"`` (forkserver, else spawn), ``"forkserver"`` or ``"spawn"``.
-        fsdp: shard models with FSDP in ``Accelerator.prepare``: a strategy name
-            (``"full"``, ``"grad_op"``, ``"no_shard"``, ``"hybrid"``), a dict of
-            :class:`~notebook_accel.FsdpConfig` fields, or an FsdpConfig; ``False`` (or
-            ``"no"``) clears an FSDP choice saved in the config file.
-        cluster: run the ranks on a cluster instead of this machine: ``"ray"`` (the Ray
-            cluster this process joined with ``ray.init``, else the one ``RAY_ADDRESS``
-            names) or ``"ray://HOST:PORT"`` (Ray Client). ``num_processes`` then counts
-            every rank on the cluster; each rank is a Ray task.
-        resources_per_worker: on a cluster, what each rank reserves, e.g.
-            ``{"CPU": 4, "GPU": 1}`` (default ``{"CPU": 1}``); a GPU makes it a CUDA launch.
-        placement_strategy: on a cluster, ``"PACK"`` ranks on as few machines as possible
-            (default) or ``"SPREAD"`` them across machines.
-        deepspeed: train with DeepSpeed's ZeRO in ``Accelerator.prepare`` (the ``deepspeed``
-            extra): ``True`` (ZeRO-2), a ZeRO stage 0-3, a ``DeepSpeedPlugin`` or a dict of
-            its fields; not with ``fsdp``; ``False`` clears a saved choice.
-        parallelism_config: the workers' mesh (``ParallelismConfig`` or a dict of its fields:
-            ``dp_replicate_size``, ``dp_shard_size``, ``tp_size``...); its sizes must multiply
-            to the job's processes (checked before any process starts).
-        dynamo_backend: compile models in ``Accelerator.prepare`` with ``torch.compile`` on
-            this backend (accelerate's names: ``"inductor"``, ``"aot_eager"``, ``"eager"``...;
-            ``"no"``, the default, runs eager); the workers' ``Accelerator()`` default.
+        {options}
 
     Arguments left at ``None`` take the config file's value (written by the panel's "Save as
     default" or ``notebook-accel config``); the banner names each value that came from it.
@@ -321,34 +284,17 @@ def notebook_launcher(
         [0.0, 0.5]
     """
     with UserFrames():
+        options = given(locals())
         if use_port is not None and master_port is None:
             try:
-                master_port = int(use_port)
+                options["master_port"] = int(use_port)
             except ValueError:
                 raise ConfigError("use_port", use_port, "a TCP port number") from None
-        config = LaunchConfig.from_defaults(
-            num_processes=num_processes,
-            mixed_precision=mixed_precision,
-            hardware=hardware,
-            output=output,
-            timeout=timeout,
-            gradient_accumulation_steps=gradient_accumulation_steps,
-            seed=seed,
-            num_nodes=num_nodes,
-            node_rank=node_rank,
-            master_addr=master_addr,
-            master_port=master_port,
-            max_restarts=max_restarts,
-            start_method=start_method,
-            fsdp=fsdp,
-            cluster=cluster,
-            resources_per_worker=resources_per_worker,
-            placement_strategy=placement_strategy,
-            deepspeed=deepspeed,
-            parallelism_config=parallelism_config,
-            dynamo_backend=dynamo_backend,
-        )
+        config = LaunchConfig.from_defaults(**options)
         return launch(function, args, kwargs, config)
+
+
+notebook_launcher.__doc__ = document(notebook_launcher.__doc__)
 
 
 def debug_launcher(

@@ -2,9 +2,9 @@
 
     LaunchConfig -> plan_for -> hardware.Plan (hardware, processes, backend), the options
                                 checked against the job's size
-    LaunchConfig, Plan, attempt, store -> layout_for -> Layout: node, ranks, every rank's
-                                variables (the launch's options, where they meet)
-    Layout.worker_env(local_rank, port) -> env.WorkerEnv of one rank
+    LaunchConfig, Plan, attempt, store -> layout_for -> Layout: node, ranks, the launch
+                                (launched.Launch: the options, whole), where they meet
+    Layout.worker_env(local_rank, port) -> launched.WorkerEnv of one rank
 
 The local engine, the TPU path and a session start their workers from a Layout; a cluster
 backend (cluster/) makes its own plan from what the cluster offers.
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from .. import env, hardware
 from ..config import LaunchConfig
+from ..launched import Launch, WorkerEnv
 from ..options import rules
 from .meet.network import network_env
 
@@ -30,13 +31,12 @@ Watch = Callable[[], None] | None
 
 @dataclass(frozen=True)
 class Layout:
-    """Where this machine's ranks sit in the job."""
+    """Where this machine's ranks sit in the job, and the launch they are ranks of."""
 
     num_processes: int
+    launch: Launch
     node_rank: int = 0
     num_nodes: int = 1
-    device_type: str = "cpu"
-    backend: str = "gloo"
     master_addr: str = "127.0.0.1"
     extra_env: tuple[tuple[str, str], ...] = ()
 
@@ -44,8 +44,12 @@ class Layout:
     def world_size(self) -> int:
         return self.num_processes * self.num_nodes
 
-    def worker_env(self, local_rank: int, port: int) -> env.WorkerEnv:
-        return env.WorkerEnv(
+    @property
+    def device_type(self) -> str:
+        return self.launch.device_type
+
+    def worker_env(self, local_rank: int, port: int) -> WorkerEnv:
+        return WorkerEnv(
             rank=self.node_rank * self.num_processes + local_rank,
             local_rank=local_rank,
             world_size=self.world_size,
@@ -53,8 +57,7 @@ class Layout:
             node_rank=self.node_rank,
             master_addr=self.master_addr,
             master_port=port,
-            device_type=self.device_type,
-            backend=self.backend,
+            launch=self.launch,
             loopback=self.num_nodes == 1,
             extra=self.extra_env,
         )
@@ -94,17 +97,15 @@ def layout_for(
     """Where this machine's ranks sit, and the variables every one of them gets (``store``:
     where they meet, rendezvous.py)."""
     extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt)), *store]
-    extra.extend(env.launch_variables(**config.worker_options()).items())
     extra.extend(network_env(config))
     if config.fsdp is not None:  # a value the user set wins
         wanted = config.fsdp.worker_variables(plan.device_type).items()
         extra.extend((name, value) for name, value in wanted if env.get(name) is None)
     return Layout(
         num_processes=plan.num_processes,
+        launch=Launch(config, plan.device_type, plan.backend),
         node_rank=config.node_rank,
         num_nodes=config.num_nodes,
-        device_type=plan.device_type,
-        backend=plan.backend,
         master_addr="127.0.0.1" if config.num_nodes == 1 else config.master_addr,
         extra_env=tuple(extra),
     )

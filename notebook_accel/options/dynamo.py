@@ -106,8 +106,9 @@ def _bool(name: str, value: object, optional: bool = False) -> None:
 class TorchDynamoPlugin:
     """How ``Accelerator.prepare`` compiles models with ``torch.compile`` (accelerate's names).
 
-    Fields left at ``None`` take the launcher's ``dynamo_backend``, else accelerate's
-    ``ACCELERATE_DYNAMO_*`` variables, else the defaults below.
+    Fields left at ``None`` take accelerate's ``ACCELERATE_DYNAMO_*`` variables (in a rank of
+    a launch with ``dynamo_backend``, ``ACCELERATE_DYNAMO_BACKEND`` says it, as under
+    ``accelerate launch``), else the defaults below.
 
     Args:
         backend: a :class:`DynamoBackend` or its name in any case (``"inductor"``,
@@ -142,7 +143,7 @@ class TorchDynamoPlugin:
 
     def __post_init__(self) -> None:
         if self.backend is None:
-            self.backend = env.launch_option("dynamo_backend") or env.get(_PREFIX + "BACKEND")
+            self.backend = env.get(_PREFIX + "BACKEND")
         self.backend = check_backend("backend", self.backend or "no")
         if self.mode is None:
             self.mode = env.get(_PREFIX + "MODE") or "default"

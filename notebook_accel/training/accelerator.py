@@ -26,7 +26,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
-from .. import env
+from .. import launched
 from ..errors import CheckpointError, ConfigError
 from ..options.deepspeed import DeepSpeedPlugin
 from ..options.dynamo import DynamoBackend, TorchDynamoPlugin
@@ -187,11 +187,11 @@ class Accelerator:
         # Parameters that moving a model replaced during the current prepare() call.
         self._replaced: dict[int, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
         self._shuffle_seed: int | None = None
-        launch_seed = env.launch_option("seed")
-        if launch_seed:
+        launch_seed = launched.option("seed")
+        if launch_seed is not None:
             # A seed chosen at launch (argument, panel or config file) seeds every RNG, the
             # same on each rank, as set_seed(seed) at the top of the function would.
-            set_seed(int(launch_seed))
+            set_seed(launch_seed)
         # [metrics] trackers and the live chart (tracking.py, reporting/live.py)
         self.trackers: list[tracking.GeneralTracker] = []
         self._live = live.relay() if self.state.is_main_process else None

@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from .. import launched
 from .handlers import GradientAccumulationPlugin
 from .processes import PartialState
 from .state import DistributedType, ProcessState
@@ -45,6 +46,14 @@ class _Facts:
 
 
 _latest: _Facts | None = None
+
+
+@launched.forget_when_a_rank_starts
+def _forget() -> None:
+    """No Accelerator made here yet: a new rank (or accelerate's _reset_state) forgets the
+    latest one, which a fork inherits from its caller."""
+    global _latest
+    _latest = None
 
 
 def register(accelerator: Any) -> None:
@@ -151,8 +160,7 @@ class AcceleratorState(PartialState):
     @staticmethod
     def _reset_state(reset_partial_state: bool = False) -> None:
         """Forget the latest Accelerator (accelerate's test helper)."""
-        global _latest
-        _latest = None
+        _forget()
 
     def __repr__(self) -> str:
         return f"{super().__repr__()}\nMixed precision type: {self.mixed_precision}\n"

@@ -1,7 +1,7 @@
 """The Accelerator's options, settled in one place before anything else happens.
 
     Accelerator(...) arguments
-      -> None: the launcher's choice (NOTEBOOK_ACCEL_*, env.launch_option)
+      -> None: the launch's choice (launched.option: the LaunchConfig a rank was given)
       -> accelerate's other spellings, one of each pair: fsdp_plugin=, dynamo_plugin=,
          dataloader_config= (split_batches=, even_batches=)
       -> each value's own checks (FsdpConfig, DeepSpeedPlugin, ParallelismConfig, ...)
@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from .. import env
+from .. import launched
 from ..errors import ConfigError
 from ..options import rules
 from ..options.deepspeed import DeepSpeedPlugin
@@ -154,10 +153,10 @@ def settle(
             together (options/rules.py).
     """
     if mixed_precision is None:
-        mixed_precision = env.launch_option("mixed_precision") or "no"
+        mixed_precision = launched.option("mixed_precision") or "no"
     precision = check_precision(mixed_precision)
     fsdp = _fsdp_plugin(fsdp, fsdp_plugin)
-    fsdp_config = FsdpConfig.coerce(env.launch_option("fsdp") if fsdp is None else fsdp)
+    fsdp_config = FsdpConfig.coerce(launched.option("fsdp") if fsdp is None else fsdp)
     plugin = _deepspeed_plugin(deepspeed_plugin)
     mesh = _mesh(parallelism_config)
     gradient_accumulation_steps = _accumulation_plugin(
@@ -233,7 +232,7 @@ def _accumulation_plugin(plugin: object, steps: int | None) -> int | None:
 def accumulation_steps(value: int | None) -> int:
     """Micro-batches per optimizer step (``None``: the launcher's, else 1)."""
     if value is None:
-        value = int(env.launch_option("gradient_accumulation_steps") or 1)
+        value = launched.option("gradient_accumulation_steps") or 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError("gradient_accumulation_steps", value, "an int >= 1")
     return value
@@ -263,8 +262,8 @@ def _fsdp_plugin(fsdp: object, plugin: object) -> Any:
 def _deepspeed_plugin(value: object) -> DeepSpeedPlugin | None:
     """The plugin given, or the launch's (``notebook_launcher(deepspeed=...)``)."""
     if value is None:
-        option = env.launch_option("deepspeed")
-        value = DeepSpeedPlugin(**json.loads(option)) if option else None
+        fields = launched.option("deepspeed")
+        value = DeepSpeedPlugin(**fields) if fields is not None else None
     if value is not None and not isinstance(value, DeepSpeedPlugin):
         raise ConfigError("deepspeed_plugin", value, "a DeepSpeedPlugin or None")
     return value
@@ -272,8 +271,8 @@ def _deepspeed_plugin(value: object) -> DeepSpeedPlugin | None:
 
 def _mesh(value: object) -> ParallelismConfig | None:
     """The ParallelismConfig given, or the launch's (``notebook_launcher(parallelism_config=)``)."""
-    if value is None and env.launch_option("parallelism_config"):
-        value = ParallelismConfig(**json.loads(env.launch_option("parallelism_config") or "{}"))
+    if value is None and launched.option("parallelism_config") is not None:
+        value = ParallelismConfig(**launched.option("parallelism_config"))
     if value is not None and not isinstance(value, ParallelismConfig):
         raise ConfigError("parallelism_config", value, "a ParallelismConfig")
     return value
@@ -292,6 +291,8 @@ def _dynamo_choice(backend: object, plugin: object) -> TorchDynamoPlugin:
         )
     if plugin is not None:
         return plugin
+    if backend is None and launched.option("dynamo_backend") not in (None, "no"):
+        backend = launched.option("dynamo_backend")  # the launch's, over the variables
     if backend is not None:
         return TorchDynamoPlugin(backend=check_backend("dynamo_backend", backend))
     return TorchDynamoPlugin()

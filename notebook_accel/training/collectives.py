@@ -19,7 +19,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from .. import env
+from .. import launched
 from ..errors import ConfigError
 
 __all__ = [
@@ -47,7 +47,7 @@ def _xla_threads_world() -> int:
     One process driving several devices (TPU v2/v3) cannot hold a per-device default process
     group (state.py), so gather and reduce use torch_xla's collectives there.
     """
-    if "torch_xla" not in sys.modules or env.launch_option("device_type") != "xla":
+    if "torch_xla" not in sys.modules or launched.device_type() != "xla":
         return 1
     import torch_xla.runtime as xr
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 
-from .. import env
+from .. import launched
 from ..big_model.moves import send_to_device
 from . import collectives
 from . import compile as compiling
@@ -64,7 +64,7 @@ def reduce(
     """
     if reduction == "none":
         reduction = "sum"
-    on_xla = env.launch_option("device_type") == "xla"
+    on_xla = launched.device_type() == "xla"
     return collectives.reduce(tensor, reduction, scale if on_xla else 1.0)
 
 

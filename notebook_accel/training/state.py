@@ -1,7 +1,7 @@
 """Process state: where this process sits in the job, and the process group it belongs to.
 
     env.read_distributed()  ->  rank, local rank, world size   (our launcher, torchrun, SLURM,
-    env.launch_option(...) ->  device type, backend             or nothing: a single process)
+    launched.current()      ->  device type, backend             or nothing: a single process)
                      |
                      v
     ProcessState.from_environment(cpu=...)
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import env
+from .. import env, launched
 from ..errors import ConfigError
 
 __all__ = ["DistributedType", "ProcessState", "GradientState"]
@@ -138,15 +138,12 @@ class ProcessState:
         ``timeout`` for ``init_process_group`` when this call creates the group.
         """
         options = dict(group_options or {})
-        device_type = "cpu" if cpu else (env.launch_option("device_type") or _auto_device_type())
+        launch = launched.current()
+        device_type = "cpu" if cpu else (launched.device_type() or _auto_device_type())
         job = _xla_job() if device_type == "xla" else env.read_distributed()
-        if device_type not in _DEVICE_KINDS:
-            raise ConfigError(
-                "NOTEBOOK_ACCEL_DEVICE_TYPE", device_type, "one of " + ", ".join(_DEVICE_KINDS)
-            )
         default_backend, multi_type = _DEVICE_KINDS[device_type]
         # cpu=True must win over a launcher that chose CUDA: NCCL cannot move CPU tensors.
-        backend = default_backend if cpu else (env.launch_option("backend") or default_backend)
+        backend = default_backend if cpu or launch is None else launch.backend
         backend = options.pop("backend", None) or backend
         device = _device_for(device_type, job.local_rank)
         created = _join_group(backend, job, options) if job.world_size > 1 else False
@@ -213,7 +210,6 @@ def _xla_job() -> env.DistributedEnv:
         local_world_size=xr.local_device_count(),
         master_addr=None,
         master_port=None,
-        launched_by_us=env.launch_option("launched") == "1",
     )
 
 

@@ -71,7 +71,7 @@ def test_the_compile_dropdown_sets_the_launchs_dynamo_backend() -> None:
     assert "inductor" in dict(panel.compile.options).values()
     panel.compile.value = "inductor"
     assert panel.launch_config.dynamo_backend == "inductor"
-    assert panel.launch_config.worker_options()["dynamo_backend"] == "inductor"
+    assert panel.launch_config.file_values()["dynamo_backend"] == "inductor"
     env.config_file().write_text(json.dumps({"dynamo_backend": "aot_eager"}))
     assert LaunchPanel(square, machine=CPU2).compile.value == "aot_eager"  # the saved choice
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from notebook_accel import env
+from notebook_accel import env, launched
+from notebook_accel.config import LaunchConfig
 from notebook_accel.errors import ConfigError
 from notebook_accel.training.accelerator import Accelerator, DistributedType
 from notebook_accel.training.data.loader import ShardSampler, plan_rounds
@@ -58,11 +59,13 @@ def test_single_process_defaults() -> None:
 
 
 def test_launch_options_are_the_defaults() -> None:
-    values = {"NOTEBOOK_ACCEL_MIXED_PRECISION": "bf16"}
-    values["NOTEBOOK_ACCEL_GRADIENT_ACCUMULATION_STEPS"] = "3"
-    with env.overridden(values):
+    options = LaunchConfig(mixed_precision="bf16", gradient_accumulation_steps=3)
+    launched.become_rank(launched.Launch(options))  # as a rank of such a launch
+    try:
         acc = Accelerator()
         explicit = Accelerator(mixed_precision="no", gradient_accumulation_steps=1)
+    finally:
+        launched.become_rank(None)
     assert (acc.mixed_precision, acc.gradient_accumulation_steps) == ("bf16", 3)
     assert (explicit.mixed_precision, explicit.gradient_accumulation_steps) == ("no", 1)
 

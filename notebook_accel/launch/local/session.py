@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ... import env
-from ...config import LaunchConfig
+from ...config import LaunchConfig, document, given
 from ...errors import (
     ConfigError,
     LaunchTimeoutError,
@@ -71,21 +71,6 @@ from .forkserver import warm_up
 
 __all__ = ["Job", "State", "Workers", "latest"]
 
-# Workers' arguments that go to LaunchConfig as they are.
-_OPTIONS = (
-    "num_processes",
-    "mixed_precision",
-    "hardware",
-    "output",
-    "timeout",
-    "gradient_accumulation_steps",
-    "seed",
-    "start_method",
-    "fsdp",
-    "deepspeed",
-    "parallelism_config",
-    "dynamo_backend",
-)
 _GRACE = 5.0  # seconds interrupted ranks get to come back, and the probe to answer
 _CLOSE_GRACE = 5.0  # seconds the workers get to leave the group and exit by themselves
 _USABLE = (
@@ -127,16 +112,14 @@ class Workers:
     model a cell built, a prepared Accelerator), a name they lack comes from the notebook.
     One piece of work runs at a time; a second call waits for the first to end.
 
+    The options are ``notebook_launcher``'s (the config file fills what is not given), but
+    ``timeout`` is each run's default, and ``seed`` seeds every rank once, at the start and at
+    each ``restart()`` (later runs go on with the same random streams; ``Accelerator()`` seeds
+    with it again when created, as in a launch). ``cluster``, ``num_nodes`` and
+    ``max_restarts`` are not for a session (a ConfigError names them).
+
     Args:
-        num_processes, mixed_precision, hardware, output, gradient_accumulation_steps,
-            start_method, fsdp, deepspeed, parallelism_config, dynamo_backend: as for
-            ``notebook_launcher``
-            (the config file fills what is not given).
-        timeout: the default ``timeout`` of each run, in seconds.
-        seed: seed every rank once, at the start and at each ``restart()``; later runs go on
-            with the same random streams. ``Accelerator()`` seeds with it again when created,
-            as in a launch.
-        cluster, num_nodes, max_restarts: not for a session (a ConfigError names them).
+        {options}
 
     Example:
         >>> w = Workers(num_processes=2)  # doctest: +SKIP
@@ -168,8 +151,8 @@ class Workers:
     ) -> None:
         with UserFrames():
             rules.for_session(cluster=cluster, num_nodes=num_nodes, max_restarts=max_restarts)
-            given = {name: value for name, value in locals().items() if name in _OPTIONS}
-            self.config = LaunchConfig.from_defaults(**given, num_nodes=1, max_restarts=0)
+            options = given(locals(), session=True)
+            self.config = LaunchConfig.from_defaults(**options, num_nodes=1, max_restarts=0)
             self.plan = plan_for(self.config)
             rules.for_session(backend=self.plan.backend, hardware=self.plan.hardware)
             self._lock = threading.Lock()  # one task at a time
@@ -588,6 +571,9 @@ class Workers:
             filename = f"<distributed cell {next(self._cells)}>"
             compile(code, filename, "exec")
             self.call(serve.Cell(code, filename), ranks=ranks, timeout=timeout)
+
+
+Workers.__doc__ = document(Workers.__doc__, session=True)
 
 
 class Job:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ... import env
+from ...launched import WorkerEnv
 from ...reporting.channel import Failure, Result
 from ..wire.payload import Payload
 from ..wire.transport import Paired, Shipment
@@ -231,7 +231,7 @@ def _task(data: bytes, results: Shipment) -> Result | Failure:
     return outcome
 
 
-def _ready(worker: env.WorkerEnv, payload: Payload) -> Result | Failure:
+def _ready(worker: WorkerEnv, payload: Payload) -> Result | Failure:
     try:
         share_cpu_threads(worker, payload.environ)
         random_state()  # once: later tasks go on with the same random streams
@@ -240,7 +240,7 @@ def _ready(worker: env.WorkerEnv, payload: Payload) -> Result | Failure:
     return Result(pickle.dumps(None))
 
 
-def main(worker: env.WorkerEnv, payload: Payload, *pipes: Connection) -> None:
+def main(worker: WorkerEnv, payload: Payload, *pipes: Connection) -> None:
     """Serve one rank of a session. Called by ``multiprocessing`` in the child process.
 
     ``pipes``: the child ends worker.start takes, then the commands pipe.

@@ -36,9 +36,10 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
-from ... import env
+from ... import env, launched
 from ...errors import SharedMemoryError
 from ...hardware import usable_cores
+from ...launched import WorkerEnv
 from ...private import accelerate as private_accelerate
 from ...private import cpython
 from ...quiet import quiet_torchao
@@ -56,6 +57,7 @@ __all__ = [
     "main",
     "random_state",
     "run_call",
+    "settle",
     "share_cpu_threads",
     "start",
     "wind_down",
@@ -139,7 +141,7 @@ def _watch_lifeline(lifeline: Connection) -> None:
     _thread.start_new_thread(watch, ())
 
 
-def share_cpu_threads(worker: env.WorkerEnv, environ: dict[str, str]) -> None:
+def share_cpu_threads(worker: WorkerEnv, environ: dict[str, str]) -> None:
     """Share the cores between the workers instead of each one using all of them.
 
     ``OMP_NUM_THREADS`` as it is at launch time wins. OpenMP reads the variable once, when the
@@ -165,9 +167,9 @@ def random_state() -> None:
     """
     from ...seeding import fresh_seeds, set_seed
 
-    seed = env.launch_option("seed")
-    if seed:
-        set_seed(int(seed))  # the same on every rank, as Accelerator() does with it
+    seed = launched.option("seed")
+    if seed is not None:
+        set_seed(seed)  # the same on every rank, as Accelerator() does with it
     else:
         fresh_seeds()
 
@@ -270,8 +272,19 @@ def run_call(
         return Failure.from_exception(exc)
 
 
+def settle(environ: dict[str, str], worker: WorkerEnv) -> None:
+    """This process becomes ``worker``'s rank: what a caller it was forked from noted is
+    forgotten (accelerate's process-wide state; ours, through launched.py's callbacks), the
+    launch is this process's, its environment ``environ`` plus the rank's variables."""
+    # A fork of a caller that built an Accelerator (ours or accelerate's) inherits what it
+    # noted: this is a new process, in a new job.
+    private_accelerate.forget_state()
+    launched.become_rank(worker.launch)
+    env.install(environ, worker.variables())
+
+
 def start(
-    worker: env.WorkerEnv,
+    worker: WorkerEnv,
     payload: Payload,
     conn: Connection,
     out_w: Connection,
@@ -290,13 +303,7 @@ def start(
     marks = line_buffered_stdio()
     _watch_lifeline(lifeline)
     _plain_start_method()
-    # A fork of a caller that built an Accelerator (ours or accelerate's) inherits what it
-    # noted: this is a new process, in a new job.
-    private_accelerate.forget_state()
-    ours = sys.modules.get("notebook_accel.training.accelerator_state")
-    if ours is not None:
-        ours.AcceleratorState._reset_state()
-    env.install(payload.environ, worker)
+    settle(payload.environ, worker)
     from .worker_store import route  # imports torch.distributed: not in the notebook
 
     route()
@@ -333,7 +340,7 @@ def wind_down(failed: bool) -> None:
     flush_all()
 
 
-def main(worker: env.WorkerEnv, payload: Payload, *pipes: Connection) -> None:
+def main(worker: WorkerEnv, payload: Payload, *pipes: Connection) -> None:
     """Run one rank of a launch. Called by ``multiprocessing`` in the child process.
 
     ``pipes``: the child ends ``start`` takes (messages, stdout, stderr, lifeline).

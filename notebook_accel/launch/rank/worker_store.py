@@ -42,7 +42,7 @@ from urllib.parse import parse_qsl, urlparse
 
 import torch.distributed as dist
 
-from ... import env
+from ... import env, launched
 from ...private import torch as private_torch
 from ..meet import auth
 from ..meet.table import StoreTimeout, TableClient
@@ -156,7 +156,7 @@ def open_store(where: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT) -> An
     place = urlparse(where)
     seconds = timeout.total_seconds()
     client: TableClient | _PolledFile
-    if place.scheme == "file" and env.launch_option("device_type") == "cuda":
+    if place.scheme == "file" and launched.device_type() == "cuda":
         # NCCL's watchdog threads call the store too: keep torch's own C++ FileStore there
         # (NCCL's setup takes far longer than the 10 ms looks cost).
         store: Any = dist.FileStore(place.path, -1)

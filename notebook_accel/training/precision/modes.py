@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import torch
+
+from ...config import MixedPrecision
 
 __all__ = [
     "MixedPrecision",
@@ -27,9 +29,6 @@ __all__ = [
     "EngineFp16Precision",
     "AutocastForward",
 ]
-
-MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
-
 
 class Precision:
     """Full precision; the base class every precision shares.

@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("torch_xla", reason="torch_xla is not installed (see this file's docstring)")
 
-from notebook_accel import env  # noqa: E402
+from notebook_accel import env, launched  # noqa: E402
 from notebook_accel.config import LaunchConfig  # noqa: E402
 from notebook_accel.hardware import Machine  # noqa: E402
 from notebook_accel.launch import launch  # noqa: E402
@@ -70,7 +70,7 @@ def test_a_failing_device_raises_its_own_exception_with_the_traceback() -> None:
 
 def test_launch_options_reach_the_devices() -> None:
     def options() -> tuple[str | None, str | None]:
-        return env.launch_option("device_type"), env.launch_option("mixed_precision")
+        return launched.device_type(), launched.option("mixed_precision")
 
     config = LaunchConfig(hardware="tpu", num_processes=2, mixed_precision="bf16")
     assert launch(options, (), None, config, machine=FAKE_TPU) == [("xla", "bf16")] * 2

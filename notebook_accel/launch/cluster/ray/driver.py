@@ -72,9 +72,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .... import env, hardware
+from .... import hardware
 from ....config import LaunchConfig
 from ....errors import ConfigError, LaunchTimeoutError, WorkerDiedError
+from ....launched import Launch, WorkerEnv
 from ....options import rules
 from ....private import ray as private_ray
 from ....reporting.channel import Failure, Health, Metrics, Progress, Result
@@ -406,11 +407,11 @@ class RayBackend:
                 return
             time.sleep(_POLL)
 
-    def _template(self, attempt: int, world: int) -> env.WorkerEnv:
+    def _template(self, attempt: int, world: int) -> WorkerEnv:
         """The variables every rank shares; each rank fills in its own (rank_envs)."""
-        extra = [("TORCHELASTIC_RESTART_COUNT", str(attempt))]
-        extra += env.launch_variables(**self.config.worker_options()).items()
-        return env.WorkerEnv(
+        plan = self._plan
+        assert plan is not None, "plan() first"
+        return WorkerEnv(
             rank=0,
             local_rank=0,
             world_size=world,
@@ -418,9 +419,8 @@ class RayBackend:
             node_rank=0,
             master_addr="",
             master_port=0,
-            device_type=self._plan.device_type,  # type: ignore[union-attr]
-            backend=self._plan.backend,  # type: ignore[union-attr]
-            extra=tuple(extra),
+            launch=Launch(self.config, plan.device_type, plan.backend),
+            extra=(("TORCHELASTIC_RESTART_COUNT", str(attempt)),),
         )
 
     def _remote_rank(self) -> Any:

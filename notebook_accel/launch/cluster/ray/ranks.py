@@ -28,7 +28,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .... import env
+from .... import env, launched
+from ....launched import WorkerEnv
 from ....private import ray as private_ray
 from ....reporting.channel import Failure, Sender
 from ...wire.payload import Payload
@@ -148,7 +149,7 @@ def _store_address(key: str) -> tuple[str, int]:
         time.sleep(_POLL)
 
 
-def _through(worker: env.WorkerEnv, store: Any, ok: bool) -> None:
+def _through(worker: WorkerEnv, store: Any, ok: bool) -> None:
     """Mark the launch's store: this rank is done with it. Rank 0, when ok, waits for all."""
     store.add(_THROUGH, 1)
     if worker.rank == 0 and ok:
@@ -157,8 +158,8 @@ def _through(worker: env.WorkerEnv, store: Any, ok: bool) -> None:
 
 
 def rank_envs(
-    places: list[tuple[str, str]], port: int, template: env.WorkerEnv
-) -> tuple[list[int], list[env.WorkerEnv]]:
+    places: list[tuple[str, str]], port: int, template: WorkerEnv
+) -> tuple[list[int], list[WorkerEnv]]:
     """Bundles in rank order, and each rank's variables, from each bundle's (node, IP).
 
     Bundle 0's node comes first and each node's ranks are contiguous (_rank_order), so
@@ -229,7 +230,7 @@ def _run(payload: Payload, relay: _Relay) -> Outcome:
 
 
 def rank_task(
-    bundle: int, world: int, template: env.WorkerEnv, payload: Payload, key: str
+    bundle: int, world: int, template: WorkerEnv, payload: Payload, key: str
 ) -> Iterator[tuple[Any, ...]]:
     """One rank of a launch: a Ray task in bundle ``bundle``, streaming what the notebook shows.
 
@@ -243,6 +244,7 @@ def rank_task(
     environment, fds 1 and 2 and Python's streams are given back as they were.
     """
     from ...meet.network import interface_for
+    from ...rank.worker import settle
 
     saved = env.snapshot()
     with contextlib.ExitStack() as held:
@@ -271,7 +273,7 @@ def rank_task(
         try:
             # The node's environment stays (Ray's CUDA_VISIBLE_DEVICES, paths); the notebook's
             # does not travel to other machines. The distributed variables are added.
-            env.install(saved, worker)
+            settle(saved, worker)
             thread = threading.Thread(target=body, name="notebook-accel-rank", daemon=True)
             thread.start()
             while not done:
@@ -281,6 +283,7 @@ def rank_task(
             thread.join()
         finally:
             env.restore(saved)
+            launched.become_rank(None)  # Ray keeps the process: no launch's rank now
         outcome, rest = done[0]
         with contextlib.suppress(Exception):  # a store gone: the notebook is stopping everyone
             _through(worker, store, outcome[0] == "ok")

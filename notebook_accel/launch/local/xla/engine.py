@@ -33,8 +33,9 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
-from .... import env
+from .... import env, launched
 from ....errors import LaunchError, LaunchTimeoutError
+from ....launched import Launch
 from ....private import torch_xla as private_torch_xla
 from ....reporting.channel import Failure
 from ...plan import Layout
@@ -53,12 +54,14 @@ _DRAIN = 2.0  # seconds to relay the last lines after the processes ended
 _STOP_GRACE = 30.0  # seconds to wait for processes still starting after a deadline
 
 
-def _entry(payload: Payload, options: dict[str, str], address: str) -> Outcome:
+def _entry(payload: Payload, launch: Launch, variables: dict[str, str], address: str) -> Outcome:
     """One XLA device's share of the launch (runs in torch_xla's process or thread)."""
     detach = None
     try:
-        for name, value in options.items():
-            # Per process, not per device: threads of one process share the environment.
+        # Per process, not per device: threads of one process share them (become_rank is
+        # once per process for a launch).
+        launched.become_rank(launch)
+        for name, value in variables.items():
             env.set_var(name, value)
         detach = attach(address)
         random_state()
@@ -90,11 +93,12 @@ def _device_limit(layout: Layout) -> Iterator[None]:
 
 
 def _outcomes(layout: Layout, payload: Payload, address: str) -> dict[int, Outcome]:
-    # The launch's choices (precision included) are in extra_env, as for the engine's workers.
-    options = env.launch_variables(launched="1", device_type="xla", backend="xla")
-    options.update(dict(layout.extra_env))
+    # The launch (its options, whole) as the engine's workers get it, and its variables.
+    variables = {**layout.launch.variables(), **dict(layout.extra_env)}
     try:
-        return private_torch_xla.run_multiprocess(_entry, payload, options, address)
+        return private_torch_xla.run_multiprocess(
+            _entry, payload, layout.launch, variables, address
+        )
     except RuntimeError as exc:
         if "already initialized" in str(exc):
             raise LaunchError(
@@ -181,7 +185,7 @@ def run(
     with SIGKILL and raises ``LaunchTimeoutError``.
 
     Example:
-        >>> run(Layout(num_processes=8, device_type="xla", backend="xla"),
+        >>> run(Layout(num_processes=8, launch=Launch(config, "xla", "xla")),
         ...     payload, Display(), None)  # doctest: +SKIP
         [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
     """

@@ -1,21 +1,20 @@
 """``notebook_launcher`` and ``debug_launcher``: run a cell's function on N processes.
 
 notebook_launcher(fn, args, ...)
-  -> LaunchConfig (defaults from the config file; validated)
-  -> hardware.resolve: "auto" -> TPU / CUDA / MPS / CPU, bounds and precision checked
+  -> LaunchConfig (defaults from the config file; validated: config.py's table)
   -> payload.build: cloudpickle by value, the culprit named if it does not pickle
-  -> shm.shipped: large buffers into shared memory once (or found in the cache)
-  -> rendezvous.py: where the ranks meet, private to the job: a memfd FileStore (one
-     machine); machine 0's table behind a gate that proves the job's secret (several)
-  -> attempt after attempt (_attempts: restarts, the launch's timeout), each one
-     this machine's Engine(...).run()  or, on TPU, local/xla/engine.run(...)
-     or, with cluster="ray", the cluster's backend (cluster/backend.py: RayBackend).run()
+  -> the backend (backend.py): this machine's workers (local/backend.py), its TPU cores
+     (local/xla/backend.py), or a cluster's (cluster/backend.py: RayBackend)
+  -> backend.plan(): "auto" -> TPU / CUDA / MPS / CPU, bounds and precision checked; the
+     options against the job's size (plan.checked_size); the banner
+  -> backend.prepare(): large buffers into shared memory once (or the cluster's store),
+     where the ranks meet
+  -> attempt after attempt (_attempts: restarts, the launch's timeout): backend.run()
   -> [result of rank 0, result of rank 1, ...]
 """
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -24,37 +23,17 @@ from typing import Any
 from .. import env, hardware
 from ..config import LaunchConfig, document, given
 from ..errors import ConfigError, LaunchTimeoutError, UserFrames
-from .local.engine import Engine
-from .local.forkserver import warm_up, warm_up_early
-from .meet.group import Group, joined, rendezvous_timeout
-from .meet.rendezvous import Meeting, meeting
-from .meet.secret import job_secret
-from .plan import Watch, banner, checked_size, layout_for, plan_for, watch_for_stop
+from .backend import Backend
+from .cluster.backend import for_cluster
+from .local.backend import LocalBackend
+from .local.forkserver import warm_up_early
+from .plan import Watch, banner, checked_size, watch_for_stop
 from .show.display import Display
-from .wire.payload import Payload, build
-from .wire.pickling import Outgoing
-from .wire.shm import shipped
+from .wire.payload import build
 
 __all__ = ["debug_launcher", "launch", "notebook_launcher", "warm_up_early"]
 
 _STOPPED = "stopped from the launch panel"
-
-
-Attempt = Callable[[int, float | None], list[Any]]  # (attempt number, seconds left) -> results
-
-
-def _announcing(watch: Watch, place: Meeting, display: Display) -> Watch:
-    """``watch``, and the connections machine 0 refused since the last look, in the banner."""
-    if place.gate is None:
-        return watch
-
-    def check() -> None:
-        for line in place.refusals():
-            display.banner(line)
-        if watch is not None:
-            watch()
-
-    return check
 
 
 def launch(
@@ -77,127 +56,56 @@ def launch(
     """
     with UserFrames():  # a rank's error shows its traceback and the caller's, none of ours
         payload, buffers = build(function, args, kwargs, env.snapshot())
-        if config.cluster is not None:  # a cluster's ranks run elsewhere (cluster/)
-            return _on_a_cluster(config, payload, buffers, display, stop)
-        return _on_this_machine(
-            config, machine, payload, buffers, display, stop, wait_for_machine_0
-        )
-
-
-def _on_a_cluster(
-    config: LaunchConfig,
-    payload: Payload,
-    buffers: list[Outgoing],
-    display: Display | None,
-    stop: threading.Event | None,
-) -> list[Any]:
-    """The attempts on the backend ``config.cluster`` names (cluster/backend.py)."""
-    from .cluster.backend import for_cluster
-
-    display = display or Display(output=config.output)
-    backend = for_cluster(config)
-    plan = backend.plan()
-    checked_size(config, plan)
-    backend.prepare(payload, buffers)
-    try:
-        display.banner(banner(config, plan))
-        # timeout= bounds the whole launch, restarts included (as on this machine).
-        deadline = None if config.timeout is None else time.monotonic() + config.timeout
-        watch = watch_for_stop(stop, _STOPPED)
-
-        def attempt(number: int, left: float | None) -> list[Any]:
-            return backend.run(number, display, left, watch)
-
-        return _attempts(config, display, Group(config, None), deadline, attempt)
-    finally:
-        backend.close()
-        display.close()
-
-
-def _on_this_machine(
-    config: LaunchConfig,
-    machine: hardware.Machine | None,
-    payload: Payload,
-    buffers: list[Outgoing],
-    display: Display | None,
-    stop: threading.Event | None,
-    wait_for_machine_0: float | None,
-) -> list[Any]:
-    """The attempts on this machine's workers (several machines: in step with the others)."""
-    plan = plan_for(config, machine)
-    secret = job_secret() if config.num_nodes > 1 else b""  # a bad one: before any process
-    if plan.backend != "xla":
-        warm_up(config.start_method)
-    display = display or Display(output=config.output)
-    display.banner(banner(config, plan))
-    # timeout= bounds the whole launch, restarts included (not each attempt).
-    deadline = None if config.timeout is None else time.monotonic() + config.timeout
-    # Several machines keep one table for the whole launch (restarts move together, group.py).
-    waiting = wait_for_machine_0 or rendezvous_timeout(config)
-    try:
-        with (
-            shipped(buffers) as shipment,
-            meeting(config, waiting, secret) as place,
-            joined(config, place.group) as group,
-        ):
-            for note in place.notes:
-                display.banner(note)
-            payload = dataclasses.replace(payload, shipment=shipment)
-
-            def attempt(number: int, left: float | None) -> list[Any]:
-                watch = watch_for_stop(stop, _STOPPED, group.watch(number))
-                watch = _announcing(watch, place, display)
-                return _run_once(config, plan, payload, display, number, group, place, watch, left)
-
+        backend = _backend(config, machine, wait_for_machine_0)
+        plan = backend.plan()
+        checked_size(config, plan)
+        display = display or Display(output=config.output)
+        try:
+            display.banner(banner(config, plan))
+            backend.prepare(payload, buffers, display)
             try:
-                return _attempts(config, display, group, deadline, attempt)
+                # timeout= bounds the whole launch, restarts included (not each attempt).
+                deadline = None if config.timeout is None else time.monotonic() + config.timeout
+                return _attempts(config, display, backend, deadline, watch_for_stop(stop, _STOPPED))
             finally:
-                for line in place.refusals(final=True):
-                    display.banner(line)
-    finally:
-        display.close()
+                backend.close(display)
+        finally:
+            display.close()
 
 
-def _run_once(
-    config: LaunchConfig,
-    plan: hardware.Plan,
-    payload: Payload,
-    display: Display,
-    attempt: int,
-    group: Group,
-    place: Meeting,
-    watch: Watch,
-    timeout: float | None,
-) -> list[Any]:
+def _backend(
+    config: LaunchConfig, machine: hardware.Machine | None, wait_for_machine_0: float | None
+) -> Backend:
+    """Where the launch's ranks run: a cluster (``config.cluster``), or this machine's TPU
+    cores or worker processes, by the hardware its plan resolves to."""
+    if config.cluster is not None:
+        return for_cluster(config)
+    plan = hardware.resolve(config, machine)
     if plan.backend == "xla":
-        from .local.xla.engine import run as run_on_xla  # imports torch_xla: only on TPU machines
+        from .local.xla.backend import XlaBackend  # torch_xla's pool: only on TPU machines
 
-        return run_on_xla(layout_for(config, plan, attempt), payload, display, timeout, watch)
-    # Each attempt's workers meet in fresh keys (rendezvous.py); torch_xla needs none.
-    with place.attempt(attempt) as (port, store):
-        layout = layout_for(config, plan, attempt, store)
-        engine = Engine(layout, payload, display, port, config.start_method, watch)
-        result = engine.run(timeout)
-        group.done(attempt)  # machine 0 keeps the table up until every machine is done
-    return result
+        return XlaBackend(config, plan, wait_for_machine_0)
+    return LocalBackend(config, plan, wait_for_machine_0)
 
 
 def _attempts(
     config: LaunchConfig,
     display: Display,
-    group: Group,
+    backend: Backend,
     deadline: float | None,
-    attempt: Attempt,
+    watch: Watch,
 ) -> list[Any]:
     """Run attempt after attempt until one succeeds or the group gives up: the one restart
-    loop of every launch, this machine's (alone or with others) and a cluster's."""
+    loop of every launch, over every backend (several machines restart together: the
+    backend's group, meet/group.py)."""
+    group = backend.group
     number = 0
     while True:
         try:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise LaunchTimeoutError(config.timeout)  # type: ignore[arg-type]
-            return attempt(number, left)
+            return backend.run(number, display, left, watch)
         except LaunchTimeoutError as exc:
             group.fail(exc)
             if exc.timeout == config.timeout:

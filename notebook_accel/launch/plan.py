@@ -22,7 +22,16 @@ from ..launched import Launch, WorkerEnv
 from ..options import rules
 from .meet.network import network_env
 
-__all__ = ["Layout", "Watch", "banner", "checked_size", "layout_for", "plan_for", "watch_for_stop"]
+__all__ = [
+    "Layout",
+    "Watch",
+    "banner",
+    "checked_size",
+    "layout_for",
+    "plan_for",
+    "watch_for_stop",
+    "watching",
+]
 
 # Called every tick while the ranks run (an Engine, a cluster's Backend); raising from it
 # stops them (the stop button, another machine of the group restarting: meet/group.py).
@@ -111,16 +120,27 @@ def layout_for(
     )
 
 
-def watch_for_stop(stop: threading.Event | None, why: str, then: Watch = None) -> Watch:
+def watching(*watches: Watch) -> Watch:
+    """One watch that calls each of ``watches`` in turn (None: none to call)."""
+    present = [watch for watch in watches if watch is not None]
+    if len(present) < 2:
+        return present[0] if present else None
+
+    def check() -> None:
+        for watch in present:
+            watch()
+
+    return check
+
+
+def watch_for_stop(stop: threading.Event | None, why: str) -> Watch:
     """[panel hook, faces/panel.py; Job.stop] A set ``stop`` ends the wait as an interrupt does
-    (``KeyboardInterrupt(why)``); ``then``: the watch to call after the look."""
+    (``KeyboardInterrupt(why)``)."""
     if stop is None:
-        return then
+        return None
 
     def check() -> None:
         if stop.is_set():
             raise KeyboardInterrupt(why)
-        if then is not None:
-            then()
 
     return check

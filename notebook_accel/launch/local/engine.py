@@ -9,8 +9,8 @@ a pre-forked idle worker: its fds + pickle ->   (forked after the last launch) w
 or Process(target=worker.main).start()  ----->   fork -> worker.main(rank ...)
 loop over selectors:
   stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
-  Progress              -> display.progress
-  Metrics, Health       -> display.metrics (live chart), display.health (panel rows)
+  Progress, Metrics,    -> display.report: bars, the live chart, the panel's rows
+    Health
   Result                -> results[rank] (large buffers mapped from shared memory)
   Failure               -> stop the others, re-raise the earliest failure
   a worker's sentinel   -> died without a message? WorkerDiedError
@@ -36,11 +36,11 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ...errors import LaunchTimeoutError, WorkerDiedError
-from ...reporting.channel import Failure, Health, Metrics, Progress, Result, receive
+from ...reporting.channel import Failure, Result, receive
 from ..plan import Layout, Watch
 from ..rank import worker as worker_module
 from ..show.display import Display
-from ..wire.outcome import is_collateral, rebuild
+from ..wire.outcome import Died, only_collateral, root_cause
 from ..wire.payload import Payload
 from ..wire.transport import unpack
 from .forkserver import context, main_hidden, starting
@@ -274,12 +274,8 @@ class Engine:
         elif isinstance(message, Failure):
             rank.failure = message
             self.display.rank_state(rank.rank, "failed")
-        elif isinstance(message, Progress):
-            self.display.progress(rank.rank, message)
-        elif isinstance(message, Metrics):
-            self.display.metrics(rank.rank, message)
-        elif isinstance(message, Health):
-            self.display.health(rank.rank, message)
+        else:
+            self.display.report(rank.rank, message)
 
     def _unregister(self, fileobj: Any) -> None:
         if isinstance(fileobj, Connection) and fileobj.closed:
@@ -300,30 +296,28 @@ class Engine:
         closed by peer"); such a failure is collateral and yields to the death or failure
         that caused it. Ranks that ended after the launcher began stopping them do not count.
         """
-        candidates: list[tuple[bool, float, Rank]] = []
+        return root_cause(self._endings(), self.layout.world_size, self.payload)
+
+    def _endings(self) -> dict[int, Failure | Died]:
+        """The ranks that failed or died so far (not those the launcher was stopping)."""
+        endings: dict[int, Failure | Died] = {}
         for rank in self.ranks:
             if rank.failure is not None:
-                candidates.append((is_collateral(rank.failure), rank.failure.time, rank))
+                endings[rank.rank] = rank.failure
             elif rank.died_at is not None and (
                 self._stopping_since is None or rank.died_at < self._stopping_since
             ):
-                candidates.append((False, rank.died_at, rank))
-        if not candidates:
-            return None
-        _, _, first = min(candidates, key=lambda c: (c[0], c[1]))
-        if first.failure is not None:
-            return rebuild(first.rank, first.failure, self.layout.world_size, self.payload)
-        code = first.process.exitcode
-        return WorkerDiedError(first.rank, code if code is not None else -signal.SIGKILL)
+                code = rank.process.exitcode
+                died = WorkerDiedError(rank.rank, code if code is not None else -signal.SIGKILL)
+                endings[rank.rank] = Died(rank.died_at, died)
+        return endings
 
     def _awaiting_cause(self) -> bool:
         """Only collateral failures so far, the first of them under ``_CAUSE_WAIT`` s ago."""
-        failures = [r.failure for r in self.ranks if r.failure is not None]
-        if not failures or any(r.died_at is not None for r in self.ranks):
+        endings = self._endings().values()
+        if not only_collateral(endings):
             return False
-        if not all(is_collateral(failure) for failure in failures):
-            return False
-        return time.time() - min(failure.time for failure in failures) < _CAUSE_WAIT
+        return time.time() - min(ending.time for ending in endings) < _CAUSE_WAIT
 
     def await_answers(
         self, ranks: list[Rank], deadline: float | None, timeout: float | None
@@ -373,6 +367,29 @@ class Engine:
             self.poll(0.05)
 
     # -- [session] the same workers, task after task (session.py) ---------------------------
+    def retarget(
+        self, display: Display, watch: Watch = None, payload: Payload | None = None
+    ) -> None:
+        """The next task's output goes to ``display``, its waits call ``watch``, and its
+        results unpack against ``payload`` (its shipment); a closing session's: no watch."""
+        self.display, self.watch = display, watch
+        if payload is not None:
+            self.payload = payload
+
+    def send(self, rank: int, data: bytes) -> None:
+        """A command to ``rank``'s worker (rank/serve.py: a pickled task; ``b""``: leave).
+
+        Raises:
+            OSError: the worker is gone.
+        """
+        self.commands[rank].send_bytes(data)
+
+    def ask_to_leave(self) -> None:
+        """Every worker still there is asked to leave its process group and exit."""
+        for rank in self.commands:
+            with contextlib.suppress(OSError):
+                self.send(rank, b"")
+
     def answered(self, ranks: list[Rank]) -> bool:
         """Whether each of ``ranks`` has sent its Result or Failure."""
         return all(r.result is not None or r.failure is not None for r in ranks)

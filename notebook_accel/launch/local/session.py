@@ -25,7 +25,8 @@ States (State): OPEN (idle) -> RUNNING (a task; _begin) -> OPEN (every rank answ
 back sound after a fault; _finish) or CLOSED. Every ending goes through ``_end(why)``: the
 workers stopped (asked to leave first by close()), then the engine, store and results segment
 released by one finalizer, which is also what a garbage-collected session runs. The session
-holds its Engine (engine.py) and drives it through the engine's public methods.
+holds its Engine (engine.py) and drives it through the engine's methods (retarget, send,
+ask_to_leave, await_answers, ...).
 """
 
 from __future__ import annotations
@@ -209,11 +210,8 @@ class Workers:
         engine = self._engine
         try:
             if engine is not None and leave:
-                engine.display = Display(output=self.config.output)  # the closing cell's
-                engine.watch = None
-                for conn in engine.commands.values():
-                    with contextlib.suppress(OSError):
-                        conn.send_bytes(b"")  # serve.main: leave the group, exit
+                engine.retarget(Display(output=self.config.output))  # the closing cell's
+                engine.ask_to_leave()  # serve.main: leave the group, exit
                 engine.wait_for_exits(_CLOSE_GRACE)
         finally:
             try:
@@ -314,21 +312,21 @@ class Workers:
         ):
             raise ConfigError("timeout", timeout, "a number of seconds > 0, or None")
         payload, buffers = build(function, args, kwargs, {})
-        engine.display, engine.watch = display, watch_for_stop(stop, "the job was stopped")
+        watch = watch_for_stop(stop, "the job was stopped")
+        engine.retarget(display, watch)
         if engine.ended():  # while idle: its output and its end go to this task's display
             self._died()
         inputs = transport().ship(buffers, results=False, kept=True)
         payload = dataclasses.replace(payload, shipment=inputs)
-        engine.payload = payload
+        engine.retarget(display, watch, payload)
         timeout = self.config.timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         self._state = State.RUNNING
         try:
             for rank in chosen:
-                engine.display.rank_state(rank.rank, "running")
+                display.rank_state(rank.rank, "running")
             for rank in chosen:  # each rank its own pickle (its own copies of the fds)
-                data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-                engine.commands[rank.rank].send_bytes(data)
+                engine.send(rank.rank, pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
             inputs.release()
             engine.wait_answered(chosen, 1.0)  # the worker's end shows
@@ -426,7 +424,7 @@ class Workers:
         if engine is not None:
             engine.flush_output()
             engine.forget_answers()
-            engine.watch = None
+            engine.retarget(task.display)  # no watch between tasks
         task.display.close()
         task.inputs.release()
 

@@ -97,6 +97,16 @@ class Display:
             self._write(rank, stream, rest)
             (self.stdout if stream == "stdout" else self.stderr).flush()
 
+    def report(self, rank: int, message: object) -> None:
+        """What a rank reported besides its lines and its ending, shown where it belongs:
+        every backend hands its ranks' messages here (the local engine, Ray's driver)."""
+        if isinstance(message, Progress):
+            self.progress(rank, message)
+        elif isinstance(message, Metrics):
+            self.metrics(rank, message)
+        elif isinstance(message, Health):
+            self.health(rank, message)
+
     # -- progress bars ----------------------------------------------------------------------
     # Workers send Progress messages (throttled to ~10/s by reporting/progress.py); the bars
     # are drawn here, in the parent, where tqdm.auto can make them notebook widgets.

@@ -21,11 +21,12 @@
                                                      publishes its address (Ray's KV store);
                                                      every rank writes its node there and
                                                      works out its rank (rank_envs)
-      loop: the next item of every stream    <----   ("rank", rank, node), then ("output",
-              -> display                             batch) as fds 1/2 and tqdm write, then
-            watch (Stop), deadline                   ("end", outcome, rest): large buffers
+      loop: the next item of every stream    <----   Placed(rank, node), then Output(batch)
+              -> display                             as fds 1/2 and tqdm write, then
+            watch (Stop), deadline                   Ended(outcome, rest): large buffers
                                                      via the object store
-      first failing rank's own exception (outcome.rebuild), WorkerDiedError for a dead worker
+      the root cause (wire/outcome.py): the first failing rank's own exception, a
+        WorkerDiedError for a dead worker
       finally: cancel (kill) the ranks still running, let the finished ones give their
         workers back and park them (a 0-CPU hold task each, parking.py), remove the
         placement group, wait until Ray sees it free; keep_warm asks the nodes of killed
@@ -78,13 +79,15 @@ from ....errors import ConfigError, LaunchTimeoutError, WorkerDiedError
 from ....launched import Launch, WorkerEnv
 from ....options import rules
 from ....private import ray as private_ray
-from ....reporting.channel import Failure, Health, Metrics, Progress, Result
+from ....reporting.channel import Failure, Result
+from ...meet.group import Group
 from ...show.display import Display
+from ...wire.outcome import Died, Outcome, only_collateral, root_cause
 from ...wire.payload import Payload
 from ...wire.pickling import Outgoing
 from ...wire.transport import Shipment, unpack
 from . import parking
-from .ranks import KV_NAMESPACE, Outcome, RankHost, rank_task
+from .ranks import KV_NAMESPACE, Ended, Item, Output, Placed, RankHost, rank_task
 from .shipment import RayShipment, as_array
 
 __all__ = ["RayBackend", "connect", "describe_cluster", "keep_warm"]
@@ -218,6 +221,7 @@ class RayBackend:
 
     def __init__(self, config: LaunchConfig) -> None:
         self.config = config
+        self.group = Group(config, None)  # restarts: the cluster's ranks alone
         self.ray = connect(config.cluster or "ray")
         requested = dict(config.resources_per_worker or {})
         if config.hardware == "cuda" and not requested.get("GPU"):
@@ -259,14 +263,14 @@ class RayBackend:
         self._plan = dataclasses.replace(plan, num_processes=n, label=label)
         return self._plan
 
-    def prepare(self, payload: Payload, buffers: list[Outgoing]) -> None:
+    def prepare(self, payload: Payload, buffers: list[Outgoing], display: Display) -> None:
         """Put the payload and each large buffer in the object store once, for every rank."""
         shipment = RayShipment([self.ray.put(as_array(out)) for out in buffers])
         # The ranks keep their node's environment; the notebook's (tokens included) stays.
         self._payload = dataclasses.replace(payload, environ={}, shipment=shipment)
         self._payload_ref = self.ray.put(self._payload)
 
-    def close(self) -> None:
+    def close(self, display: Display) -> None:
         # The object store frees the payload and its buffers with their last references.
         if self._payload is not None and self._payload.shipment is not None:
             self._payload.shipment.release()
@@ -438,33 +442,27 @@ class RayBackend:
                 # (output marks, message), as on a local pipe; a batch keeps the worker's
                 # order already, so the marks are not needed here.
                 _, message = pickle.loads(data)
-                if isinstance(message, Progress):
-                    display.progress(rank, message)
-                elif isinstance(message, Metrics):
-                    display.metrics(rank, message)
-                elif isinstance(message, Health):
-                    display.health(rank, message)
+                display.report(rank, message)
             else:
                 display.feed(rank, kind, data)
 
-    def _next(self, stream: Any) -> tuple[Any, ...]:
-        """A rank's next item: ("output", batch) or ("end", outcome, rest)."""
+    def _next(self, stream: Any) -> Item:
+        """A rank's next item (Placed, Output or Ended)."""
         ray = self.ray
         try:
-            return tuple(ray.get(next(stream)))
+            item: Item = ray.get(next(stream))
+            return item
         except StopIteration:  # ended without its last item: nothing more is coming
-            return ("end", ("died", RuntimeError("the rank's task ended early"), time.time()), [])
+            return Ended(Died(time.time(), RuntimeError("the rank's task ended early")), [])
         except ray.exceptions.RayTaskError as exc:  # the rank's task itself broke (a bug)
-            return ("end", ("failed", Failure.from_exception(exc.as_instanceof_cause())), [])
+            return Ended(Failure.from_exception(exc.as_instanceof_cause()), [])
         except ray.exceptions.RayError as exc:  # its worker process or its node died
-            return ("end", ("died", exc, time.time()), [])
+            return Ended(Died(time.time(), exc), [])
 
     def _supervise(
         self, streams: list[Any], display: Display, check: Callable[[], None]
     ) -> dict[int, Outcome]:
         """Each bundle's outcome, showing the ranks' output as it comes."""
-        from ...wire.outcome import is_collateral
-
         running = dict(enumerate(streams))  # bundle -> its stream, until its last item
         outcomes: dict[int, Outcome] = {}
         collateral_since: float | None = None
@@ -472,23 +470,23 @@ class RayBackend:
             check()
             display.tick()
             for bundle, item in self._items(running, _TICK):
-                if item[0] == "rank":
-                    self._ranks[bundle] = item[1]
-                    self._nodes[bundle] = item[2]
-                    display.rank_state(item[1], "running")
-                elif item[0] == "output":
-                    self._feed(display, self._ranks.get(bundle, bundle), item[1])
+                if isinstance(item, Placed):
+                    self._ranks[bundle] = item.rank
+                    self._nodes[bundle] = item.node
+                    display.rank_state(item.rank, "running")
+                elif isinstance(item, Output):
+                    self._feed(display, self._ranks.get(bundle, bundle), item.batch)
                 else:
-                    _, outcome, rest = item
                     rank = self._ranks.get(bundle, bundle)
-                    self._feed(display, rank, rest)
-                    outcomes[bundle] = outcome
+                    self._feed(display, rank, item.rest)
+                    outcomes[bundle] = item.outcome
                     del running[bundle]
-                    display.rank_state(rank, "finished" if outcome[0] == "ok" else "failed")
-            problems = [o for o in outcomes.values() if o[0] != "ok"]
-            if any(o[0] == "died" or not is_collateral(o[1]) for o in problems):
+                    ok = isinstance(item.outcome, Result)
+                    display.rank_state(rank, "finished" if ok else "failed")
+            ended = list(outcomes.values())
+            if any(not isinstance(o, Result) for o in ended) and not only_collateral(ended):
                 break  # a root cause: stop the others now
-            if problems:
+            if only_collateral(ended):
                 # A peer's communication error: its cause (a death, a failure elsewhere)
                 # usually shows within moments; Ray notices a dead node after its health check.
                 collateral_since = collateral_since or time.monotonic()
@@ -498,13 +496,13 @@ class RayBackend:
         end = time.monotonic() + 1.0
         while running and time.monotonic() < end:
             for bundle, item in self._items(running, 0.1):
-                if item[0] == "output":
-                    self._feed(display, self._ranks.get(bundle, bundle), item[1])
+                if isinstance(item, Output):
+                    self._feed(display, self._ranks.get(bundle, bundle), item.batch)
         for bundle in running:
             display.rank_state(self._ranks.get(bundle, bundle), "stopped")
         return outcomes
 
-    def _items(self, running: dict[int, Any], timeout: float) -> list[tuple[int, tuple[Any, ...]]]:
+    def _items(self, running: dict[int, Any], timeout: float) -> list[tuple[int, Item]]:
         """The next item of each stream that has one within ``timeout``."""
         if self._client:
             return self._taken(running, timeout)
@@ -516,7 +514,7 @@ class RayBackend:
             if any(stream is other for other in ready)
         ]
 
-    def _taken(self, running: dict[int, Any], timeout: float) -> list[tuple[int, tuple[Any, ...]]]:
+    def _taken(self, running: dict[int, Any], timeout: float) -> list[tuple[int, Item]]:
         """Ray Client: the items each rank's host has, one take in flight per rank."""
         ray = self.ray
         for bundle, host in running.items():
@@ -524,15 +522,15 @@ class RayBackend:
                 self._takes[bundle] = host.take.remote()
         waiting = {b: ref for b, ref in self._takes.items() if b in running}
         ready = ray.wait(list(waiting.values()), num_returns=len(waiting), timeout=timeout)[0]
-        found: list[tuple[int, tuple[Any, ...]]] = []
+        found: list[tuple[int, Item]] = []
         for bundle, ref in waiting.items():
             if ref not in ready:  # equal ids (Ray Client answers with new ref objects)
                 continue
             del self._takes[bundle]
             try:
-                found += [(bundle, tuple(item)) for item in ray.get(ref)]
+                found += [(bundle, item) for item in ray.get(ref)]
             except ray.exceptions.RayError as exc:  # the actor or its node died
-                found.append((bundle, ("end", ("died", exc, time.time()), [])))
+                found.append((bundle, Ended(Died(time.time(), exc), [])))
         return found
 
     def _end(self, streams: list[Any], outcomes: dict[int, Outcome]) -> dict[str, int]:
@@ -550,7 +548,7 @@ class RayBackend:
                 with contextlib.suppress(Exception):
                     ray.kill(host, no_restart=True)
             return {}
-        gone = [b for b in range(len(streams)) if b not in outcomes or outcomes[b][0] == "died"]
+        gone = [b for b in range(len(streams)) if isinstance(outcomes.get(b), Died | None)]
         finishing = {b: streams[b].completed() for b in range(len(streams)) if b not in gone}
         if finishing:
             refs = list(finishing.values())
@@ -574,20 +572,14 @@ class RayBackend:
         return dict(Counter(self._nodes[b] for b in back))
 
     def _results(self, outcomes: dict[int, Outcome]) -> list[Any]:
-        from ...wire.outcome import is_collateral, rebuild
-
-        problems: list[tuple[bool, float, int]] = []
-        for rank, outcome in outcomes.items():
-            if outcome[0] == "failed":
-                problems.append((is_collateral(outcome[1]), outcome[1].time, rank))
-            elif outcome[0] == "died":
-                problems.append((False, outcome[2], rank))
-        if problems:
-            _, _, rank = min(problems)
-            outcome = outcomes[rank]
-            world = self._plan.num_processes  # type: ignore[union-attr]
-            if outcome[0] == "died":
-                raise _died(rank, outcome[1])
-            raise rebuild(rank, outcome[1], world, self._payload)  # type: ignore[arg-type]
-        shipment = self._payload.shipment  # type: ignore[union-attr]
-        return [_value(shipment, outcomes[rank][1]) for rank in sorted(outcomes)]
+        assert self._plan is not None and self._payload is not None
+        # A death's error names the rank (Ray's words for why), as the local engine's does.
+        named = {
+            rank: Died(o.time, _died(rank, o.error)) if isinstance(o, Died) else o
+            for rank, o in outcomes.items()
+        }
+        problem = root_cause(named, self._plan.num_processes, self._payload)
+        if problem is not None:
+            raise problem
+        shipment = self._payload.shipment
+        return [_value(shipment, named[rank]) for rank in sorted(named)]  # type: ignore[arg-type]

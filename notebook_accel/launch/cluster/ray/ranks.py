@@ -4,11 +4,11 @@
       bundle 0: hosts the launch's TCPStore on its node (store.py), its address into
         Ray's key-value store; every rank writes its node there and reads the others'
         -> its rank and variables (rank_envs: bundle 0's node first, each node contiguous)
-      yield ("rank", rank, node)
+      yield Placed(rank, node)
       fds 1/2 -> pipes -> threads -> one batch (_Relay, which also carries tqdm's and
         the chart's messages); the function on a thread of the task (worker.call)
-      yield ("output", batch) ... as the function writes, about once a second when quiet
-      yield ("end", outcome, rest): ("ok", Result) or ("failed", Failure)
+      yield Output(batch) ... as the function writes, about once a second when quiet
+      yield Ended(outcome, rest): the rank's Result or Failure (wire/outcome.py)
       the worker process stays Ray's: the environment, fds 1/2 and Python's streams are
       given back as they were
 
@@ -26,15 +26,26 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .... import env, launched
 from ....launched import WorkerEnv
 from ....private import ray as private_ray
-from ....reporting.channel import Failure, Sender
+from ....reporting.channel import Failure, Result, Sender
+from ...wire.outcome import Outcome
 from ...wire.payload import Payload
 
-__all__ = ["KV_NAMESPACE", "Outcome", "RankHost", "rank_envs", "rank_task"]
+__all__ = [
+    "KV_NAMESPACE",
+    "Ended",
+    "Item",
+    "Output",
+    "Placed",
+    "RankHost",
+    "rank_envs",
+    "rank_task",
+]
 
 _TAKE_WAIT = 1.0  # seconds a rank waits for output before sending an empty batch
 KV_NAMESPACE = "notebook_accel"  # Ray's key-value store: where rank 0 publishes its port
@@ -43,7 +54,31 @@ _THROUGH = "notebook_accel/through"  # the store's count of ranks done with it
 _PLACE = "notebook_accel/place/"  # the store's key of each bundle's "node IP"
 _STORE_WAIT = datetime.timedelta(minutes=30)  # a rank waits this long for its peers to start
 
-Outcome = tuple[Any, ...]  # ("ok", Result) | ("failed", Failure) | ("died", error, time)
+
+@dataclass(frozen=True)
+class Placed:
+    """The ranks met: this bundle's rank, and the node it runs on."""
+
+    rank: int
+    node: str
+
+
+@dataclass(frozen=True)
+class Output:
+    """What the rank wrote (and reported) since the last item: (kind, bytes), in order."""
+
+    batch: list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The rank's outcome (the driver adds Died for a task that broke), and its last output."""
+
+    outcome: Outcome
+    rest: list[tuple[str, bytes]]
+
+
+Item = Placed | Output | Ended
 
 
 class _Waiting:
@@ -209,7 +244,7 @@ def _join(bundle: int, world: int, key: str, held: contextlib.ExitStack) -> tupl
     return store, (places, port, node)
 
 
-def _run(payload: Payload, relay: _Relay) -> Outcome:
+def _run(payload: Payload, relay: _Relay) -> Result | Failure:
     """The rank's function, as a local worker runs it (seed=, sys.exit(0), tracebacks)."""
     from ....reporting import live, progress
     from ...rank.worker import call, finish_distributed
@@ -222,20 +257,19 @@ def _run(payload: Payload, relay: _Relay) -> Outcome:
     finally:
         progress.detach()
         live.stop()  # the last logged rows go before the outcome
-    if isinstance(ending, Failure):
-        return ("failed", ending)
-    with contextlib.suppress(Exception):
-        finish_distributed()
-    return ("ok", ending)
+    if isinstance(ending, Result):
+        with contextlib.suppress(Exception):
+            finish_distributed()
+    return ending
 
 
 def rank_task(
     bundle: int, world: int, template: WorkerEnv, payload: Payload, key: str
-) -> Iterator[tuple[Any, ...]]:
+) -> Iterator[Item]:
     """One rank of a launch: a Ray task in bundle ``bundle``, streaming what the notebook shows.
 
-    Yields ``("rank", rank, node)`` once the ranks have met, ``("output", batch)`` while the
-    function runs (on a thread of this task), then ``("end", outcome, rest)``. Bundle 0 is
+    Yields ``Placed`` once the ranks have met, ``Output`` while the function runs (on a
+    thread of this task), then ``Ended``. Bundle 0 is
     rank 0: it hosts the launch's TCPStore on its node and publishes the address in Ray's
     key-value store under ``key``; every rank then writes its node there and reads the
     others', so each works out its own rank as the notebook would (rank_envs). Every rank marks
@@ -258,13 +292,13 @@ def rank_task(
                 worker = dataclasses.replace(
                     worker, extra=(*worker.extra, ("GLOO_SOCKET_IFNAME", name))
                 )
-        yield ("rank", worker.rank, node)
+        yield Placed(worker.rank, node)
         relay = _Relay()
         relay.start()
-        done: list[tuple[Outcome, list[tuple[str, bytes]]]] = []
+        done: list[tuple[Result | Failure, list[tuple[str, bytes]]]] = []
 
         def body() -> None:
-            outcome: Outcome = ("failed", Failure.from_exception(RuntimeError("not run")))
+            outcome: Result | Failure = Failure.from_exception(RuntimeError("not run"))
             try:
                 outcome = _run(payload, relay)
             finally:
@@ -279,15 +313,15 @@ def rank_task(
             while not done:
                 batch = relay.take(wait=_TAKE_WAIT)
                 if batch:
-                    yield ("output", batch)
+                    yield Output(batch)
             thread.join()
         finally:
             env.restore(saved)
             launched.become_rank(None)  # Ray keeps the process: no launch's rank now
         outcome, rest = done[0]
         with contextlib.suppress(Exception):  # a store gone: the notebook is stopping everyone
-            _through(worker, store, outcome[0] == "ok")
-        yield ("end", outcome, rest)
+            _through(worker, store, isinstance(outcome, Result))
+        yield Ended(outcome, rest)
 
 
 class RankHost:
@@ -311,11 +345,11 @@ class RankHost:
             for item in rank_task(*args):
                 self._items.add(item)
         except BaseException as exc:  # noqa: BLE001 - the notebook gets it as the outcome
-            self._items.add(("end", ("failed", Failure.from_exception(exc)), []))
+            self._items.add(Ended(Failure.from_exception(exc), []))
         finally:
             self._items.close()
 
-    def take(self) -> list[tuple[Any, ...]]:
+    def take(self) -> list[Item]:
         return self._items.take(_TAKE_WAIT)
 
 

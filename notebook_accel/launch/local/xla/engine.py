@@ -10,8 +10,8 @@
       main thread: relay.pump() ->                launch options -> NOTEBOOK_ACCEL_*
         display (rank-prefixed lines), and        unpickle the call (cell code by value;
         the deadline / Ctrl-C / a device's          large buffers mapped, shm.py)
-        failure report: SIGKILL the processes     ("ok", channel.Result)
-        that connected                            or ("failed", channel.Failure), reported
+        failure report: SIGKILL the processes     channel.Result
+        that connected                            or channel.Failure, reported
                                                   to the relay at once as well
       {ordinal: outcome}  -> first failure re-raised as the engine does (original type,
                              worker traceback as __cause__), else results in ordinal order
@@ -37,17 +37,18 @@ from .... import env, launched
 from ....errors import LaunchError, LaunchTimeoutError
 from ....launched import Launch
 from ....private import torch_xla as private_torch_xla
-from ....reporting.channel import Failure
+from ....reporting.channel import Failure, Result
 from ...plan import Layout
 from ...rank.worker import random_state
 from ...show.display import Display
+from ...wire.outcome import root_cause
 from ...wire.payload import Payload, load
 from ...wire.transport import pack, unpack
 from .output import Relay, attach, report_failure
 
 __all__ = ["run"]
 
-Outcome = tuple[str, Any]  # ("ok", channel.Result) or ("failed", Failure)
+Outcome = Result | Failure  # a device's (wire/outcome.py's, without deaths: see _stop)
 
 _TICK = 0.25  # seconds between deadline checks when no output arrives
 _DRAIN = 2.0  # seconds to relay the last lines after the processes ended
@@ -68,12 +69,12 @@ def _entry(payload: Payload, launch: Launch, variables: dict[str, str], address:
         function, args, kwargs = load(payload)
         value = function(*args, **kwargs)
         assert payload.shipment is not None, "the launch ships every payload"
-        return ("ok", pack(payload.shipment, value))
+        return pack(payload.shipment, value)
     except BaseException as exc:  # the parent re-raises it as the engine does
         failure = Failure.from_exception(exc)
         with contextlib.suppress(Exception):
             report_failure(address, failure)  # the parent stops the other devices now
-        return ("failed", failure)
+        return failure
     finally:
         if detach is not None:
             detach()  # this device's lines reach the parent before its result does
@@ -143,7 +144,7 @@ def _supervise(
                 # A device failed: its peers may be blocked in a collective that never
                 # returns, so stop every process now, as the engine does.
                 _stop(relay, future)
-                return {ordinal: ("failed", failure) for ordinal, failure in relay.failures}
+                return dict(relay.failures)
             if watch is not None:
                 watch()
             if deadline is not None and time.monotonic() >= deadline:
@@ -189,18 +190,14 @@ def run(
         ...     payload, Display(), None)  # doctest: +SKIP
         [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
     """
-    from ...wire.outcome import is_collateral, rebuild
     from ..forkserver import main_hidden
 
     # torch_xla's pool spawns its processes; hiding __main__ keeps a script launched without
     # an ``if __name__ == "__main__"`` guard from running again in each of them.
     with Relay(display) as relay, _device_limit(layout), main_hidden():
         outcomes = _supervise(relay, _in_thread(layout, payload, relay.address), timeout, watch)
-    ordinals = sorted(outcomes)
-    failures = [(outcomes[o][1], o) for o in ordinals if outcomes[o][0] == "failed"]
-    if failures:
-        # The root cause: a peer's communication error is the consequence of it.
-        failure, ordinal = min(failures, key=lambda f: (is_collateral(f[0]), f[0].time))
-        raise rebuild(ordinal, failure, layout.world_size, payload)
+    problem = root_cause(outcomes, layout.world_size, payload)
+    if problem is not None:
+        raise problem
     assert payload.shipment is not None, "the launch ships every payload"
-    return [unpack(payload.shipment, outcomes[o][1]) for o in ordinals]
+    return [unpack(payload.shipment, outcomes[o]) for o in sorted(outcomes)]  # type: ignore[arg-type]

@@ -13,8 +13,8 @@ the modules it imports (a cycle of any length).
 
 Inside the launcher, its rooms run one way too:
 
-    launcher  ->  local, cluster  ->  rank, plan, show  ->  wire, meet
-                                      (rank -> wire, meet; plan -> meet)
+    launcher  ->  local, cluster  ->  backend  ->  rank, plan, show  ->  wire, meet
+                                  (the interface)   (rank -> wire, meet; plan -> meet)
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ LAUNCH_ALLOWED = {
     "show": set(),
     "rank": {"wire", "meet"},
     "plan": {"meet"},
-    "local": {"wire", "meet", "rank", "show", "plan"},
-    "cluster": {"wire", "meet", "rank", "show", "plan"},
-    "launcher": {"local", "cluster", "wire", "meet", "rank", "show", "plan"},
+    "backend": {"wire", "meet", "show", "plan"},
+    "local": {"wire", "meet", "rank", "show", "plan", "backend"},
+    "cluster": {"wire", "meet", "rank", "show", "plan", "backend"},
+    "launcher": {"local", "cluster", "backend", "wire", "meet", "rank", "show", "plan"},
 }
 
 
@@ -230,3 +231,126 @@ def test_the_reader_sees_imports_inside_functions_and_type_checking() -> None:
     )
     seen = _imports("notebook_accel.training.probe", source)
     assert seen == {"notebook_accel.training.state", "notebook_accel.training.collectives"}
+
+
+# -- the layering at run time: no way around the arrows by name ------------------------------
+# Modules that name another part's modules in strings, each for a reason (a string naming a
+# package module is what importlib.import_module and sys.modules lookups take):
+RUNTIME_NAMES = {
+    "notebook_accel": "its public names, loaded on first use; load_ipython_extension; the "
+    "early start",
+    "notebook_accel.launch.local.forkserver": "the forkserver's preload: the modules its loop "
+    "imports before serving (about 70 ms saved per worker)",
+    # accelerate's module paths: lazy maps of accelerate's names to the parts holding them
+    # (surface.SHIMS), as the package's __init__ does for its own
+    "notebook_accel.state": "accelerate.state's names",
+    "notebook_accel.tracking": "accelerate.tracking's names",
+    "notebook_accel.logging": "accelerate.logging's names",
+    "notebook_accel.local_sgd": "accelerate.local_sgd's names",
+    "notebook_accel.hooks": "accelerate.hooks's names",
+    "notebook_accel.big_modeling": "accelerate.big_modeling's names",
+    "notebook_accel.utils": "accelerate.utils's names",
+    "notebook_accel.utils.memory": "accelerate.utils.memory's names",
+    "notebook_accel.utils.dataclasses": "accelerate.utils.dataclasses's names",
+}
+# Reads of another module's private names, each for a reason.
+PRIVATE_READS = {
+    ("notebook_accel.surface", "_EXPORTS"): "the shims' name tables, read to list what each "
+    "provides",
+}
+# Underscored names that are public API: os._exit, namedtuple's _fields.
+PUBLIC_UNDERSCORED = {"_exit", "_fields"}
+
+
+def _string_names(module: str) -> set[str]:
+    """The package modules ``module`` names in string constants."""
+    path, _ = MODULES[module]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith("notebook_accel."):
+                known = _known(node.value)
+                if known is not None and known != module:
+                    found.add(known)
+    return found
+
+
+def test_no_module_imports_around_the_arrows_by_name() -> None:
+    wrong = [
+        f"{module} ({part(module)}) names {target} ({part(target)})"
+        for module in sorted(MODULES)
+        if module not in RUNTIME_NAMES
+        for target in sorted(_string_names(module))
+        if part(target) != part(module) and part(target) not in ALLOWED[part(module)]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """Every name a module defines or sets: functions, classes, variables, arguments,
+    attributes it assigns (``x._y = ...``, ``setattr(x, "_y", ...)``), imported names."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Call) and _called(node, "setattr") and len(node.args) > 1:
+            if isinstance(node.args[1], ast.Constant):
+                names.add(str(node.args[1].value))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return names
+
+
+def _called(node: ast.Call, name: str) -> bool:
+    return isinstance(node.func, ast.Name) and node.func.id == name
+
+
+def private_reads(module: str, source: str | None = None) -> set[str]:
+    """The private names ``module`` reads from objects that are not its own: ``x._y`` (not
+    ``self``/``cls``) and ``getattr(x, "_y")``, where ``_y`` is nowhere defined or set in it."""
+    if source is None:
+        source = MODULES[module][0].read_text()
+    tree = ast.parse(source)
+    own = _own_names(tree)
+    read = set()
+    for node in ast.walk(tree):
+        name = None
+        if isinstance(node, ast.Attribute) and not (
+            isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        ):
+            name = node.attr
+        elif isinstance(node, ast.Call) and (_called(node, "getattr") or _called(node, "hasattr")):
+            if len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                name = str(node.args[1].value)
+        if name and name.startswith("_") and not name.startswith("__") and name not in own:
+            read.add(name)
+    return read - PUBLIC_UNDERSCORED
+
+
+def test_no_module_reads_another_modules_private_names() -> None:
+    # private/: the one place other projects' private names live (their job).
+    wrong = [
+        f"{module} reads {name}"
+        for module in sorted(MODULES)
+        if not module.startswith("notebook_accel.private.")
+        for name in sorted(private_reads(module))
+        if (module, name) not in PRIVATE_READS
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_private_read_check_sees_a_strangers_attribute() -> None:
+    source = (
+        "class Mine:\n"
+        "    def __init__(self):\n"
+        "        self._kept = 1\n"
+        "def f(mine, other):\n"
+        "    return mine._kept, other._strategy, getattr(other, '_hidden'), other._fields\n"
+    )
+    assert private_reads("notebook_accel.probe", source) == {"_strategy", "_hidden"}

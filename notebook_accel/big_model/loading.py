@@ -32,6 +32,7 @@ from notebook_accel.big_model.tensors import (
     set_module_tensor_to_device,
 )
 from notebook_accel.errors import ConfigError
+from notebook_accel.private import torch as private_torch
 
 if TYPE_CHECKING:
     import torch
@@ -196,7 +197,7 @@ def _retie(
                 write_tensors(folder, {name: params[loaded].detach()})
             elif loaded is not None:
                 owner, leaf = _split(model, name)
-                owner._parameters[leaf] = params[loaded]
+                private_torch.set_parameter(owner, leaf, params[loaded])
 
 
 def _split(model: nn.Module, name: str) -> tuple[nn.Module, str]:

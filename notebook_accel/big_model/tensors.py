@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from notebook_accel.errors import ConfigError
+from notebook_accel.private import torch as private_torch
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +100,7 @@ def named_module_tensors(
     if remove_non_persistent:
         modules = module.named_modules() if recurse else iter([("", module)])
         for _, sub in modules:
-            skipped |= set(sub._non_persistent_buffers_set)
+            skipped |= private_torch.non_persistent_buffers(sub)
     for name, buffer in module.named_buffers(recurse=recurse):
         if name.rsplit(".", 1)[-1] not in skipped:
             yield name, buffer
@@ -137,7 +138,7 @@ def set_module_tensor_to_device(
     import torch
 
     owner, leaf = _owner(module, tensor_name)
-    if leaf not in owner._parameters and leaf not in owner._buffers:
+    if not private_torch.has_tensor(owner, leaf):
         raise ConfigError(
             "tensor_name", tensor_name, f"a parameter or buffer of {type(owner).__name__}"
         )
@@ -159,10 +160,12 @@ def set_module_tensor_to_device(
             new = old.to(target)
             if cast is not None and target.type == "meta" and not keeps_dtype(old):
                 new = new.to(cast)
-        if leaf in owner._buffers:
-            owner._buffers[leaf] = new
+        if private_torch.is_buffer(owner, leaf):
+            private_torch.set_buffer(owner, leaf, new)
         elif new is not old:
-            owner._parameters[leaf] = type(old)(new, requires_grad=old.requires_grad)
+            private_torch.set_parameter(
+                owner, leaf, type(old)(new, requires_grad=old.requires_grad)
+            )
 
 
 def compute_module_sizes(
@@ -227,7 +230,7 @@ def retie_parameters(model: nn.Module, tied_params: list[list[str]]) -> None:
     """
     for group in tied_params:
         owners = [_owner(model, name) for name in group]
-        params = [module._parameters[leaf] for module, leaf in owners]
+        params = [private_torch.own_parameter(module, leaf) for module, leaf in owners]
         kept = next((p for p in params if p is not None and p.device.type != "meta"), params[0])
         for module, leaf in owners:
-            module._parameters[leaf] = kept
+            private_torch.set_parameter(module, leaf, kept)

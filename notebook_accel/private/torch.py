@@ -11,6 +11,10 @@ None/False, and the caller takes the public route). Every name was read in torch
     import_dynamo                  torch._dynamo                    nothing to import early
     children, set_children         nn.Module._modules (a dict)      None: compile_regions
                                                                     compiles the whole model
+    own_parameter, own_buffer,     nn.Module._parameters, _buffers  named_parameters/buffers
+    set_parameter, set_buffer      (dicts), _non_persistent_        (recurse=False); register_
+    non_persistent_buffers         buffers_set                      parameter/buffer; names
+                                                                    not in state_dict()
     untyped_storage                TypedStorage._untyped_storage    untyped(), warning quiet
     tensor_version                 Tensor._version                  None: compared by bytes
                                                                     (CPU), copied again (CUDA)
@@ -44,6 +48,12 @@ __all__ = [
     "PYTREE_LOGGER",
     "children",
     "compiled_original",
+    "has_tensor",
+    "is_buffer",
+    "non_persistent_buffers",
+    "own_parameter",
+    "set_buffer",
+    "set_parameter",
     "default_store",
     "import_dynamo",
     "is_compiled",
@@ -116,6 +126,77 @@ def children(module: Any) -> MutableMapping[str, Any] | None:
     """
     found = getattr(module, "_modules", None)
     return found if isinstance(found, MutableMapping) else None
+
+
+def _own(module: Any, name: str) -> MutableMapping[str, Any] | None:
+    found = getattr(module, name, None)
+    return found if isinstance(found, MutableMapping) else None
+
+
+def own_parameter(module: Any, name: str) -> Any:
+    """``module``'s own parameter ``name`` (None where it is registered as None); KeyError
+    where it has none of that name.
+
+    Relies on ``torch.nn.Module._parameters`` (a dict, None entries included).
+    """
+    found = _own(module, "_parameters")
+    if found is None:
+        found = dict(module.named_parameters(recurse=False, remove_duplicate=False))
+    return found[name]
+
+
+def has_tensor(module: Any, name: str) -> bool:
+    """Whether ``name`` is one of ``module``'s own parameters or buffers (None ones too).
+
+    Relies on ``torch.nn.Module._parameters`` and ``_buffers``; without them, the named ones.
+    """
+    for kind, public in (("_parameters", "named_parameters"), ("_buffers", "named_buffers")):
+        found = _own(module, kind)
+        if found is None:
+            found = dict(getattr(module, public)(recurse=False))
+        if name in found:
+            return True
+    return False
+
+
+def is_buffer(module: Any, name: str) -> bool:
+    """Whether ``name`` is one of ``module``'s own buffers (relies on ``_buffers``)."""
+    found = _own(module, "_buffers")
+    return name in (found if found is not None else dict(module.named_buffers(recurse=False)))
+
+
+def set_parameter(module: Any, name: str, value: Any) -> None:
+    """Make ``value`` (a Parameter, or None) ``module``'s parameter ``name``, in place of the
+    one there; tied modules then share it. Relies on ``_parameters``; else
+    ``register_parameter``."""
+    found = _own(module, "_parameters")
+    if found is not None:
+        found[name] = value
+    else:
+        module.register_parameter(name, value)
+
+
+def set_buffer(module: Any, name: str, value: Any) -> None:
+    """Make ``value`` ``module``'s buffer ``name`` (persistent as before). Relies on
+    ``_buffers``; else ``register_buffer``."""
+    found = _own(module, "_buffers")
+    if found is not None:
+        found[name] = value
+    else:
+        module.register_buffer(name, value, persistent=name not in non_persistent_buffers(module))
+
+
+def non_persistent_buffers(module: Any) -> set[str]:
+    """``module``'s own buffers left out of its state dict.
+
+    Relies on ``torch.nn.Module._non_persistent_buffers_set``; else the buffers its
+    ``state_dict()`` lacks.
+    """
+    found = getattr(module, "_non_persistent_buffers_set", None)
+    if isinstance(found, set):
+        return set(found)
+    saved = set(module.state_dict(keep_vars=True))
+    return {name for name, _ in module.named_buffers(recurse=False) if name not in saved}
 
 
 def set_children(module: Any, mapping: dict[str, Any]) -> None:

@@ -58,7 +58,7 @@ from .project import ProjectConfiguration
 from .state import DistributedType, GradientState
 from .strategies.dummies import DummyOptim, DummyScheduler
 
-__all__ = ["Accelerator", "DistributedType"]
+__all__ = ["Accelerator", "DistributedType", "shards_parameters"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound=KwargsHandler)
@@ -448,8 +448,7 @@ class Accelerator:
     def native_amp(self) -> bool:
         """Whether torch's autocast runs the mixed precision (accelerate's flag): fp16 and
         bf16 without DeepSpeed (which keeps its own half-precision weights), and fp8."""
-        name = self.precision.name
-        return name == "fp8" or (name in ("fp16", "bf16") and self.deepspeed_plugin is None)
+        return self.precision.native_amp
 
     @property
     def use_fp16(self) -> bool:
@@ -1124,6 +1123,12 @@ class Accelerator:
             f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
             f"mixed_precision={self.mixed_precision!r})"
         )
+
+
+def shards_parameters(accelerator: Accelerator) -> bool:
+    """Whether ``accelerator``'s strategy shards the model's parameters (FSDP, tensor
+    parallel): what the training helpers that need whole replicas ask (LocalSGD)."""
+    return accelerator._strategy.shards_parameters
 
 
 def _follow_parameters(

@@ -61,7 +61,9 @@ class LocalSGD:
         local_sgd_steps: int,
         enabled: bool = True,
     ) -> None:
-        if accelerator.deepspeed_plugin is not None or accelerator._strategy.shards_parameters:
+        from .accelerator import shards_parameters
+
+        if accelerator.deepspeed_plugin is not None or shards_parameters(accelerator):
             raise NotImplementedError(
                 "LocalSGD is supported only for data-parallel replicas on CPUs and GPUs "
                 "(no DeepSpeed, FSDP or tensor parallelism)"

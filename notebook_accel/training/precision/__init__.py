@@ -72,4 +72,6 @@ def make_precision(
         from .fp8 import Fp8Precision  # imports torchao when used: only for fp8
 
         return Fp8Precision(device_type, recipe, device)
-    return _PRECISIONS[name](device_type)
+    precision = _PRECISIONS[name](device_type)
+    precision.native_amp = precision.native_amp and loss_scaler  # an engine's bf16 weights
+    return precision

@@ -30,6 +30,7 @@ __all__ = [
     "AutocastForward",
 ]
 
+
 class Precision:
     """Full precision; the base class every precision shares.
 
@@ -45,6 +46,9 @@ class Precision:
     def __init__(self, device_type: str) -> None:
         self.device_type = device_type
         self.scaler: torch.amp.GradScaler | None = None
+        # Whether torch's autocast runs the mixed precision (accelerate's native_amp): not
+        # where an engine keeps its own half-precision weights (make_precision says so).
+        self.native_amp = self.dtype is not None
 
     @contextlib.contextmanager
     def autocast(self, **options: Any) -> Iterator[None]:
@@ -192,9 +196,9 @@ class XlaPrecision(Precision):
     """
 
     def __init__(self, device_type: str, name: str) -> None:
-        super().__init__(device_type)
         self.name = name
         self.dtype = torch.bfloat16 if name == "bf16" else None
+        super().__init__(device_type)
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         import torch_xla
@@ -216,6 +220,10 @@ class EngineFp16Precision(Precision):
 
     name = "fp16"
     dtype = torch.float16
+
+    def __init__(self, device_type: str) -> None:
+        super().__init__(device_type)
+        self.native_amp = False  # the engine keeps its own fp16 weights
 
 
 _PRECISIONS: dict[str, type[Precision]] = {

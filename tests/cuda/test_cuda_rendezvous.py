@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from notebook_accel import notebook_launcher
-from tests.launch.multinode import free_port, two_launchers
+from tests.launch.meet.multinode import free_port, two_launchers
 
 ROOT = Path(__file__).resolve().parents[2]
 

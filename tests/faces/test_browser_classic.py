@@ -2,7 +2,7 @@
 ipywidgets 7.7 (what Colab's page draws), headless Chromium.
 
 The checks the JupyterLab tests make (tests/faces/test_browser.py, tests/launch/
-test_browser_charts.py), in that page: the panel launches and shows its results; a launch's
+show/test_browser_charts.py), in that page: the panel launches and shows its results; a launch's
 tqdm bars move (seen part-way, rank 0 waiting there until the test has seen them) and finish;
 its live chart draws; a background job's lines and chart land in the cell that submitted it
 while another cell runs. Runs where those versions are installed (the matrix's colab-page

@@ -1,6 +1,6 @@
 """private/cpython.py: each function checks the shape of CPython's internals it relies on,
 and where one differs it takes the public path or says no. Here each other shape is made on
-the real modules (restored after each test); tests/launch/test_private_fallbacks.py launches
+the real modules (restored after each test); tests/private/test_private_fallbacks.py launches
 with them."""
 
 from __future__ import annotations

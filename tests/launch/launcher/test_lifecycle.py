@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 from notebook_accel import debug_launcher
+from tests.launch.helpers import listening_ports, open_fds, worker_processes
 
-from .helpers import listening_ports, open_fds, worker_processes
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 _INTERRUPT_SCRIPT = textwrap.dedent("""
     import json, os, signal, sys, threading, time

@@ -5,7 +5,7 @@ e.g. a separate virtual environment:
 
     python -m venv /work/xla-venv
     /work/xla-venv/bin/pip install torch==2.9.0 torch_xla==2.9.0 cloudpickle tqdm pytest numpy
-    PYTHONPATH=. /work/xla-venv/bin/python -m pytest tests/launch/xla/test_xla.py
+    PYTHONPATH=. /work/xla-venv/bin/python -m pytest tests/launch/local/xla/test_xla.py
 
 PJRT_DEVICE=CPU with CPU_NUM_DEVICES=N gives N XLA devices in one process (one thread each),
 so this checks the payload, the results and the errors; not collectives, not TPU topology.

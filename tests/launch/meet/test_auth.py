@@ -1,6 +1,6 @@
 """auth.py and table.py: only a process that proves the key reaches the table; both ways.
 
-The gate runs here; the outsiders are real processes (tests/launch/outsider.py).
+The gate runs here; the outsiders are real processes (tests/launch/meet/outsider.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from notebook_accel.launch.meet import auth
 from notebook_accel.launch.meet.table import StoreTimeout, Table, TableClient, serve
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SECRET = b"the job's secret"
 
 
@@ -50,7 +50,14 @@ def test_outsiders_are_refused_and_named_then_a_member_gets_in(
         pass  # a port probe: closed before a byte, not worth naming
     marker = tmp_path / "code-ran"
     outsider = subprocess.run(
-        [sys.executable, "-m", "tests.launch.outsider", "127.0.0.1", str(opened.port), str(marker)],
+        [
+            sys.executable,
+            "-m",
+            "tests.launch.meet.outsider",
+            "127.0.0.1",
+            str(opened.port),
+            str(marker),
+        ],
         cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
         capture_output=True,

@@ -7,8 +7,7 @@ import socket
 from pathlib import Path
 
 from notebook_accel import debug_launcher
-
-from .helpers import socket_inodes
+from tests.launch.helpers import socket_inodes
 
 
 def _groups_one_after_another(count: int, gate: str | None = None) -> list[float]:

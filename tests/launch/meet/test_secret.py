@@ -15,7 +15,7 @@ from notebook_accel import debug_launcher, env
 from notebook_accel.errors import ConfigError
 from notebook_accel.launch.meet.secret import job_secret
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

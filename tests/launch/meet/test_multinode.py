@@ -1,7 +1,7 @@
 """Several machines: two launchers in two network namespaces form one group of 2 × 2 ranks.
 
 Machine 0's launcher holds the table behind its gate on master_port; outsiders (real
-processes on machine 1's network, tests/launch/outsider.py) that try the way in while
+processes on machine 1's network, tests/launch/meet/outsider.py) that try the way in while
 machine 0 waits are refused and named, and the real machine 1 joins after them.
 """
 
@@ -60,7 +60,7 @@ NOTEBOOK_CELL = textwrap.dedent(
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     return dict(
         os.environ,
         NOTEBOOK_ACCEL_CONFIG_FILE=str(tmp_path / "config.json"),
@@ -108,7 +108,7 @@ def _launcher_ports(machine: Machine, pid: int) -> list[str]:
 def _outsider(m0: Machine, m1: Machine, port: str, marker: Path, env: dict[str, str]) -> dict:
     """A process on machine 1's network without the secret tries machine 0's port."""
     outsider = m1.popen(
-        [sys.executable, "-m", "tests.launch.outsider", m0.address, port, str(marker)],
+        [sys.executable, "-m", "tests.launch.meet.outsider", m0.address, port, str(marker)],
         dict(env, NOTEBOOK_ACCEL_SECRET="a guess"),
     )
     ((code, out),) = finish([outsider], timeout=120)

@@ -39,10 +39,9 @@ from notebook_accel import (
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import launch
 from notebook_accel.launch.wire.payload import build
+from tests.launch.helpers import worker_processes
 
-from .helpers import worker_processes
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MiB = 1 << 20
 
 

@@ -1,6 +1,6 @@
 """An outsider: a real process that tries to get into a launch it is not a member of.
 
-    python -m tests.launch.outsider HOST PORT MARKER
+    python -m tests.launch.meet.outsider HOST PORT MARKER
 
 Waits until HOST:PORT accepts connections (an event, not a delay), then tries, in order:
 

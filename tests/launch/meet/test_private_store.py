@@ -24,7 +24,7 @@ import pytest
 
 from notebook_accel import debug_launcher
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # What another user tries: open the store (read, write), list the launcher's fds.
 _OUTSIDER = textwrap.dedent(

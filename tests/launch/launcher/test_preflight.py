@@ -13,8 +13,7 @@ from notebook_accel import ConfigError, PayloadError, notebook_launcher
 from notebook_accel.config import LaunchConfig
 from notebook_accel.hardware import Machine
 from notebook_accel.launch import launch
-
-from .helpers import worker_processes
+from tests.launch.helpers import worker_processes
 
 
 def _noop() -> None:

@@ -14,8 +14,7 @@ import pytest
 
 from notebook_accel import LaunchTimeoutError, WorkerDiedError, WorkerError, debug_launcher
 from notebook_accel.errors import RemoteTraceback
-
-from .helpers import worker_processes
+from tests.launch.helpers import worker_processes
 
 
 def _fail_on_rank_one() -> int:

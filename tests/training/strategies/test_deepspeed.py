@@ -474,7 +474,7 @@ def test_panel_offers_deepspeed_and_keeps_the_choice(tmp_path: Path) -> None:
     path = save_file(config, tmp_path / "c.json")
     from notebook_accel.config import load_file
 
-    panel._apply(load_file(path))
+    panel._show(load_file(path))
     assert panel.sharding.value == "zero3"
 
 

@@ -8,7 +8,7 @@ Every environment variable the library cares about is named here, once:
                                                   RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
                                                   GROUP_RANK, MASTER_ADDR, MASTER_PORT,
                                                   and those derived from its launch (launched.py)
-    training/state.py  <-- read_distributed()
+    training/process.py  <-- read_distributed()
 
 The workers take the parent's environment as it is at launch time (not as it was when the
 forkserver started), so a variable set in a cell just before a launch reaches them.
@@ -32,7 +32,26 @@ __all__ = [
     "snapshot",
     "install",
     "read_distributed",
-    "get",
+    "accelerate_log_level",
+    "cuda_visible_devices",
+    "dynamo_setting",
+    "enable_rich",
+    "gloo_interface",
+    "huge_pages",
+    "in_a_rank",
+    "init_include_buffers",
+    "launch_attempt",
+    "notebook_place",
+    "pjrt_device",
+    "ray_usage_stats_set",
+    "save_wait_warning",
+    "secret_value",
+    "store_address",
+    "store_key",
+    "tpu_accelerator_type",
+    "tpu_topology_given",
+    "use_torch_xla",
+    "HUGE_PAGES_VARIABLE",
     "set_var",
     "overridden",
     "patch_environment",
@@ -180,9 +199,114 @@ def warmup_disabled() -> bool:
     return os.environ.get(NO_WARMUP_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def get(name: str, default: str | None = None) -> str | None:
-    """Read one variable (for the few modules that need a specific one, e.g. TPU detection)."""
+def _get(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name, default)
+
+
+# -- the variables the package reads, each by a named accessor --------------------------------
+HUGE_PAGES_VARIABLE = "THP_MEM_ALLOC_ENABLE"  # torch's huge-page CPU allocations (FSDP)
+
+
+def dynamo_setting(name: str) -> str | None:
+    """accelerate's ``ACCELERATE_DYNAMO_<name>`` (BACKEND, MODE, USE_FULLGRAPH, ...)."""
+    return _get("ACCELERATE_DYNAMO_" + name)
+
+
+def huge_pages() -> str | None:
+    """``THP_MEM_ALLOC_ENABLE``: torch's huge-page CPU allocations, as this process has it."""
+    return _get(HUGE_PAGES_VARIABLE)
+
+
+def launch_attempt() -> tuple[str | None, str | None]:
+    """``MASTER_PORT`` and ``TORCHELASTIC_RESTART_COUNT``: different for every launch and
+    attempt of this process's rank (a checkpoint's saves are counted per attempt)."""
+    return _get("MASTER_PORT"), _get("TORCHELASTIC_RESTART_COUNT")
+
+
+def save_wait_warning() -> float:
+    """``NOTEBOOK_ACCEL_SAVE_WAIT_WARNING``: seconds a rank waits for a checkpoint's writer
+    before saying so (default 60)."""
+    return float(_get(_PREFIX + "SAVE_WAIT_WARNING") or 60)
+
+
+def accelerate_log_level() -> str | None:
+    """accelerate's ``ACCELERATE_LOG_LEVEL`` (get_logger's default level)."""
+    return _get("ACCELERATE_LOG_LEVEL")
+
+
+def init_include_buffers() -> bool:
+    """accelerate's ``ACCELERATE_INIT_INCLUDE_BUFFERS`` (init_empty_weights' default)."""
+    return (_get("ACCELERATE_INIT_INCLUDE_BUFFERS") or "").strip().lower() in _TRUE
+
+
+def enable_rich() -> bool:
+    """accelerate's ``ACCELERATE_ENABLE_RICH``."""
+    return (_get("ACCELERATE_ENABLE_RICH") or "").strip().lower() in _TRUE
+
+
+def use_torch_xla() -> bool:
+    """``USE_TORCH_XLA`` (default on), which accelerate's is_torch_xla_available reads."""
+    return (_get("USE_TORCH_XLA") or "1").strip().lower() not in _FALSE
+
+
+def tpu_accelerator_type() -> str:
+    """The TPU VM's accelerator type (``TPU_ACCELERATOR_TYPE``, else ``ACCELERATOR_TYPE``)."""
+    return _get("TPU_ACCELERATOR_TYPE") or _get("ACCELERATOR_TYPE") or ""
+
+
+def notebook_place() -> str | None:
+    """``"colab"`` or ``"kaggle"`` where their images say so (``COLAB_RELEASE_TAG``,
+    ``KAGGLE_KERNEL_RUN_TYPE``), else None."""
+    if _get("COLAB_RELEASE_TAG"):
+        return "colab"
+    if _get("KAGGLE_KERNEL_RUN_TYPE"):
+        return "kaggle"
+    return None
+
+
+def cuda_visible_devices() -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` as set (None: unset, every GPU)."""
+    return _get("CUDA_VISIBLE_DEVICES")
+
+
+def pjrt_device() -> str | None:
+    """torch_xla's ``PJRT_DEVICE`` (``TPU``, ``CPU``...)."""
+    return _get("PJRT_DEVICE")
+
+
+def tpu_topology_given() -> bool:
+    """Whether ``TPU_NUM_DEVICES`` or ``TPU_PROCESS_BOUNDS`` already says which devices."""
+    return _get("TPU_NUM_DEVICES") is not None or _get("TPU_PROCESS_BOUNDS") is not None
+
+
+def secret_value() -> str | None:
+    """``NOTEBOOK_ACCEL_SECRET``, the job's secret where it is given as a variable."""
+    return _get(SECRET_VARIABLE)
+
+
+def store_address() -> str:
+    """``NOTEBOOK_ACCEL_STORE``: where a rank's env:// meets ("" outside a launch of ours)."""
+    return _get(STORE_VARIABLE) or ""
+
+
+def store_key() -> bytes:
+    """``NOTEBOOK_ACCEL_STORE_KEY``: the key a rank proves to machine 0's table."""
+    return bytes.fromhex(_get(STORE_KEY_VARIABLE) or "")
+
+
+def gloo_interface() -> str | None:
+    """``GLOO_SOCKET_IFNAME``, where the user (or a launch) chose gloo's interface."""
+    return _get("GLOO_SOCKET_IFNAME")
+
+
+def in_a_rank() -> bool:
+    """Whether this process is a rank of a job (``RANK`` set: ours, torchrun's)."""
+    return _get("RANK") is not None
+
+
+def ray_usage_stats_set() -> bool:
+    """Whether ``RAY_USAGE_STATS_ENABLED`` was set by the user."""
+    return _get("RAY_USAGE_STATS_ENABLED") is not None
 
 
 def set_var(name: str, value: str | None) -> None:

@@ -7,7 +7,7 @@
               forget_when_a_rank_starts hold is forgotten (a fork of a caller that built an
               Accelerator inherits what it noted), then the launch is this process's
     training: current(), option(name): the Accelerator's defaults (training/choices.py), the
-              device and backend (training/state.py); None outside a launch of ours
+              device and backend (training/process.py); None outside a launch of ours
               (torchrun, a plain process): then the Accelerator's own defaults hold
 
 The environment variables a worker gets from its launch (``Launch.variables``) are for user

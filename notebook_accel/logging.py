@@ -9,24 +9,6 @@ this one.)
 
 from __future__ import annotations
 
-from typing import Any
+from .paths import shim
 
-from .refusals import shim_attribute
-
-_LOGS = "notebook_accel.training.logs"
-# name -> module; __all__ is built from it (a literal __all__ would name what only
-# __getattr__ defines)
-_EXPORTS = {
-    "MultiProcessAdapter": _LOGS,
-    "get_logger": _LOGS,
-    "PartialState": "notebook_accel.training.processes",  # accelerate's import, kept there
-}
-__all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    return shim_attribute(globals(), _EXPORTS, name)
-
-
-def __dir__() -> list[str]:
-    return list(__all__)
+__all__, __getattr__, __dir__ = shim(__name__)

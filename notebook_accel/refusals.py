@@ -1,6 +1,7 @@
 """accelerate's names that notebook_accel does not provide, each with its reason.
 
-    a shim's __getattr__(name)            (utils, state, tracking, ... and the package)
+    a shim's __getattr__(name)            (paths.shim: utils, state, tracking, ...; and the
+                                          package's own)
       -> its own names (provided, loaded from their part on first use)
       -> else refused(namespace, name): REFUSED[module][name] -> a placeholder class
          (importable, ``hasattr`` true, ``isinstance`` false) whose call raises
@@ -8,23 +9,20 @@
       -> else AttributeError
 
 No name is silently missing: tests/test_surface.py lists accelerate 1.15's public names in
-each module of ``surface.SHIMS`` and checks each resolves here, provided or refused. Adding a
-module (``notebook_accel.hooks``) is one more key here and in ``SHIMS``. README's "Migrating
+each module of ``paths.SHIMS`` and checks each resolves here, provided or refused. Adding a
+module (``notebook_accel.hooks``) is one more key here and in ``paths.SHIMS`` and
+``paths.PROVIDED`` (paths.py holds the shims' machinery). README's "Migrating
 from accelerate" section is rendered from this table (``surface.render_migration``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from . import _lazy_attribute
 from .errors import NotProvidedError
 
-__all__ = ["REFUSED", "Reason", "Refused", "refused", "shim_attribute"]
-
-UTILS = "notebook_accel.utils"  # where a shim's re-exports of accelerate.utils names resolve
+__all__ = ["REFUSED", "Reason", "Refused", "reason_for", "refused"]
 
 
 @dataclass(frozen=True)
@@ -316,11 +314,3 @@ def refused(namespace: dict[str, Any], name: str) -> type[Refused]:
     )
     namespace[name] = placeholder
     return placeholder
-
-
-def shim_attribute(namespace: dict[str, Any], exports: Mapping[str, str], name: str) -> Any:
-    """PEP 562's ``__getattr__`` for a shim: its names (``exports``: name -> module) load on
-    first use, its refused names give placeholders, any other is an AttributeError."""
-    if name in exports:
-        return _lazy_attribute(namespace, exports, name)
-    return refused(namespace, name)

@@ -1,14 +1,15 @@
 """accelerate's module paths here: what each provides and refuses, for README and the checks.
 
-    SHIMS: accelerate's module -> ours (notebook_accel.utils, .state, ...)
-    provided(shim) / refused(shim)   read from the shims' own tables (no torch, no accelerate)
+    SHIMS: accelerate's module -> ours (paths.py, with what each provides)
+    provided(shim) / refused(shim)   read from paths.py's and refusals.py's tables (no torch,
+                                     no accelerate)
     render_migration()               README's "Migrating from accelerate" section, generated
                                      (tests/test_surface.py compares the two)
     accelerate_names(module)         accelerate's public names there (needs accelerate):
                                      tests/test_surface.py and benchmarks/surface.py
 
-A module of accelerate's is one more entry in :data:`SHIMS` and a key of
-``refusals.REFUSED``.
+A module of accelerate's is one more entry in ``paths.SHIMS`` and ``paths.PROVIDED`` and a
+key of ``refusals.REFUSED``.
 """
 
 from __future__ import annotations
@@ -18,23 +19,10 @@ import sys
 import types
 
 from . import refusals
+from .paths import PROVIDED, SHIMS, UTILS
 from .refusals import Reason
 
 __all__ = ["OWN_NAMES", "SHIMS", "accelerate_names", "provided", "refused", "render_migration"]
-
-# accelerate's module -> the module of ours that stands for it
-SHIMS = {
-    "accelerate": "notebook_accel",
-    "accelerate.utils": "notebook_accel.utils",
-    "accelerate.utils.memory": "notebook_accel.utils.memory",
-    "accelerate.utils.dataclasses": "notebook_accel.utils.dataclasses",
-    "accelerate.state": "notebook_accel.state",
-    "accelerate.tracking": "notebook_accel.tracking",
-    "accelerate.logging": "notebook_accel.logging",
-    "accelerate.local_sgd": "notebook_accel.local_sgd",
-    "accelerate.big_modeling": "notebook_accel.big_modeling",
-    "accelerate.hooks": "notebook_accel.hooks",
-}
 
 # notebook_accel's own public names, which are not accelerate's: the package and utils carry
 # them too, but the migration list names only accelerate's (tests/test_surface.py checks that
@@ -69,9 +57,8 @@ OWN_NAMES = frozenset(
 def _reason(shim: str, name: str) -> Reason | None:
     """Why ``shim``'s ``name`` is refused (its own table, or utils' for a name it takes from
     there), or None."""
-    exports = getattr(importlib.import_module(shim), "_EXPORTS", {})
-    if exports.get(name) == refusals.UTILS:
-        return refusals.reason_for(refusals.UTILS, name)
+    if PROVIDED.get(shim, {}).get(name) == UTILS:
+        return refusals.reason_for(UTILS, name)
     return refusals.reason_for(shim, name)
 
 

@@ -133,6 +133,7 @@ def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
         "launched.py",
         "local_sgd.py",
         "logging.py",
+        "paths.py",
         "quiet.py",
         "refusals.py",
         "seeding.py",
@@ -225,12 +226,12 @@ def test_the_reader_sees_imports_inside_functions_and_type_checking() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
-        "    from .state import ProcessState\n"
+        "    from .process import ProcessState\n"
         "def f():\n"
         "    from . import collectives\n"
     )
     seen = _imports("notebook_accel.training.probe", source)
-    assert seen == {"notebook_accel.training.state", "notebook_accel.training.collectives"}
+    assert seen == {"notebook_accel.training.process", "notebook_accel.training.collectives"}
 
 
 # -- the layering at run time: no way around the arrows by name ------------------------------
@@ -241,23 +242,11 @@ RUNTIME_NAMES = {
     "early start",
     "notebook_accel.launch.local.forkserver": "the forkserver's preload: the modules its loop "
     "imports before serving (about 70 ms saved per worker)",
-    # accelerate's module paths: lazy maps of accelerate's names to the parts holding them
-    # (surface.SHIMS), as the package's __init__ does for its own
-    "notebook_accel.state": "accelerate.state's names",
-    "notebook_accel.tracking": "accelerate.tracking's names",
-    "notebook_accel.logging": "accelerate.logging's names",
-    "notebook_accel.local_sgd": "accelerate.local_sgd's names",
-    "notebook_accel.hooks": "accelerate.hooks's names",
-    "notebook_accel.big_modeling": "accelerate.big_modeling's names",
-    "notebook_accel.utils": "accelerate.utils's names",
-    "notebook_accel.utils.memory": "accelerate.utils.memory's names",
-    "notebook_accel.utils.dataclasses": "accelerate.utils.dataclasses's names",
+    "notebook_accel.paths": "accelerate's module paths: the table of what each of our "
+    "shims provides (accelerate's names -> the parts holding them), loaded on first use",
 }
 # Reads of another module's private names, each for a reason.
-PRIVATE_READS = {
-    ("notebook_accel.surface", "_EXPORTS"): "the shims' name tables, read to list what each "
-    "provides",
-}
+PRIVATE_READS: dict[tuple[str, str], str] = {}
 # Underscored names that are public API: os._exit, namedtuple's _fields.
 PUBLIC_UNDERSCORED = {"_exit", "_fields"}
 
@@ -354,3 +343,50 @@ def test_the_private_read_check_sees_a_strangers_attribute() -> None:
         "    return mine._kept, other._strategy, getattr(other, '_hidden'), other._fields\n"
     )
     assert private_reads("notebook_accel.probe", source) == {"_strategy", "_hidden"}
+
+
+# -- one definition per process fact ------------------------------------------------------
+ALIASES = {
+    "process_index",
+    "local_process_index",
+    "num_processes",
+    "is_main_process",
+    "is_local_main_process",
+    "is_last_process",
+    "use_distributed",
+}
+
+
+def test_environment_variables_are_read_through_named_accessors() -> None:
+    wrong = [
+        f"{module}:{node.lineno}"
+        for module, (path, _) in sorted(MODULES.items())
+        if module != "notebook_accel.env"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr in ("get", "_get")
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "env"
+    ]
+    assert not wrong, "env.get outside env.py (add a named accessor there): " + ", ".join(wrong)
+
+
+def test_accelerates_process_aliases_are_defined_once() -> None:
+    """process_index, is_main_process, ...: ProcessView's alone, on the training side."""
+    found = []
+    for module, (path, _) in sorted(MODULES.items()):
+        if part(module) != "training":
+            continue
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for node in cls.body:
+                names = set()
+                if isinstance(node, ast.FunctionDef):
+                    names = {node.name}
+                elif isinstance(node, ast.Assign):
+                    names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+                for name in names & ALIASES:
+                    found.append(f"{module}.{cls.name}.{name}")
+    where = {entry.rsplit(".", 1)[0] for entry in found}
+    assert where == {"notebook_accel.training.process.ProcessView"}, found

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from notebook_accel.big_model.hooks import (
+from notebook_accel.big_model.forward_hooks import (
     AlignDevicesHook,
     CpuOffload,
     UserCpuOffloadHook,

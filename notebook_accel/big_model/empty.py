@@ -20,8 +20,7 @@ _TRUE = {"1", "true", "yes", "on", "y"}
 def _include_buffers(include_buffers: bool | None) -> bool:
     if include_buffers is not None:
         return include_buffers
-    value = env.get("ACCELERATE_INIT_INCLUDE_BUFFERS", "") or ""
-    return value.strip().lower() in _TRUE
+    return env.init_include_buffers()
 
 
 @contextmanager

@@ -205,7 +205,7 @@ def _torch_cpu_fp16() -> bool:
 def _tpu() -> tuple[int, str, str]:
     if importlib.util.find_spec("torch_xla") is None:
         return 0, "", ""
-    accel_type = env.get("TPU_ACCELERATOR_TYPE") or env.get("ACCELERATOR_TYPE") or ""
+    accel_type = env.tpu_accelerator_type()
     found = hardware_tpu.from_accelerator_type(accel_type) if accel_type else None
     if found is None:
         found = hardware_tpu.from_device_files()
@@ -226,10 +226,9 @@ def _mps() -> bool:
 
 
 def _place() -> str:
-    if env.get("COLAB_RELEASE_TAG") or "google.colab" in sys.modules:
-        return "colab"
-    if env.get("KAGGLE_KERNEL_RUN_TYPE"):
-        return "kaggle"
+    place = env.notebook_place()
+    if place is not None or "google.colab" in sys.modules:
+        return place or "colab"
     if "ipykernel" in sys.modules:
         return "jupyter"
     return "terminal"

@@ -218,8 +218,7 @@ def is_aim_available() -> bool:
 
 def is_rich_available() -> bool:
     """Whether rich is installed and ``ACCELERATE_ENABLE_RICH`` turns it on (accelerate's)."""
-    flag = (env.get("ACCELERATE_ENABLE_RICH") or "").strip().lower()
-    return _installed("rich") and flag in ("1", "true", "yes", "y", "on", "t")
+    return _installed("rich") and env.enable_rich()
 
 
 def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:
@@ -228,7 +227,7 @@ def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = Fals
     """
     if check_is_tpu and check_is_gpu:
         raise ValueError("check_is_tpu and check_is_gpu cannot both be true")
-    if (env.get("USE_TORCH_XLA") or "1").strip().lower() in ("0", "false", "no", "n", "off", "f"):
+    if not env.use_torch_xla():
         return False
     if not _installed("torch_xla", "torch-xla"):
         return False

@@ -164,7 +164,7 @@ def probe() -> CudaFound:
         except nvml.NVMLError as exc:  # started, then a query failed: count another way
             failed = f"nvidia-ml-py failed ({_text(exc)}), so "
         else:
-            devices = visible(gpus, env.get("CUDA_VISIBLE_DEVICES"))
+            devices = visible(gpus, env.cuda_visible_devices())
             return CudaFound(tuple(devices), method + _filter_note())
     if not _nvml_library():
         return CudaFound((), "none: no NVIDIA driver (libnvidia-ml.so.1 not found)")
@@ -189,7 +189,7 @@ def _torch_count(failed: str) -> CudaFound:
 
 
 def _filter_note() -> str:
-    value = env.get("CUDA_VISIBLE_DEVICES")
+    value = env.cuda_visible_devices()
     return "" if value is None else f"; CUDA_VISIBLE_DEVICES={value!r}"
 
 

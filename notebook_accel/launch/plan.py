@@ -109,7 +109,8 @@ def layout_for(
     extra.extend(network_env(config))
     if config.fsdp is not None:  # a value the user set wins
         wanted = config.fsdp.worker_variables(plan.device_type).items()
-        extra.extend((name, value) for name, value in wanted if env.get(name) is None)
+        now = env.snapshot()
+        extra.extend((name, value) for name, value in wanted if name not in now)
     return Layout(
         num_processes=plan.num_processes,
         launch=Launch(config, plan.device_type, plan.backend),

@@ -87,7 +87,7 @@ def check_backend(name: str, value: object) -> DynamoBackend:
 
 def _flag(variable: str) -> bool | None:
     """An ``ACCELERATE_DYNAMO_*`` switch: None when unset."""
-    text = env.get(_PREFIX + variable)
+    text = env.dynamo_setting(variable)
     if text is None:
         return None
     if text.strip().lower() in _TRUE:
@@ -143,10 +143,10 @@ class TorchDynamoPlugin:
 
     def __post_init__(self) -> None:
         if self.backend is None:
-            self.backend = env.get(_PREFIX + "BACKEND")
+            self.backend = env.dynamo_setting("BACKEND")
         self.backend = check_backend("backend", self.backend or "no")
         if self.mode is None:
-            self.mode = env.get(_PREFIX + "MODE") or "default"
+            self.mode = env.dynamo_setting("MODE") or "default"
         if self.mode not in COMPILE_MODES:
             raise ConfigError("mode", self.mode, "one of " + ", ".join(map(repr, COMPILE_MODES)))
         if self.fullgraph is None:

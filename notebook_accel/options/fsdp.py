@@ -10,13 +10,13 @@ from typing import Literal, get_args
 
 import torch
 
+from ..env import HUGE_PAGES_VARIABLE
 from ..errors import ConfigError
 
 __all__ = ["FsdpConfig", "ShardingStrategy", "DtypeName", "DTYPES", "HUGE_PAGES_VARIABLE"]
 
 # torch's CPU allocator advises transparent huge pages for large blocks when this is "1"; it
 # reads the variable at a process's first tensor allocation (see training/strategies/sharder.py).
-HUGE_PAGES_VARIABLE = "THP_MEM_ALLOC_ENABLE"
 
 ShardingStrategy = Literal["full", "grad_op", "no_shard", "hybrid"]
 DtypeName = Literal["fp32", "bf16", "fp16"]

@@ -16,6 +16,7 @@ import functools
 import logging
 import os
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -34,7 +35,7 @@ from ..options.fsdp import FsdpConfig
 from ..options.parallelism import ParallelismConfig
 from ..reporting import live
 from ..seeding import set_seed
-from . import accelerator_state, collectives, tracking
+from . import accelerator_state, collectives, trackers
 from . import compile as compiling
 from .checkpoint import files as checkpoint_files
 from .checkpoint import folder as checkpoint
@@ -52,22 +53,20 @@ from .logs import MultiProcessAdapter
 from .memory import release_memory
 from .precision.modes import AutocastForward, MixedPrecision
 from .precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
-from .processes import PartialState
+from .process import DistributedType, GradientState, ProcessView
 from .profiling import ProfileKwargs, profiled
 from .project import ProjectConfiguration
-from .state import DistributedType, GradientState
 from .strategies.dummies import DummyOptim, DummyScheduler
 
 __all__ = ["Accelerator", "DistributedType", "shards_parameters"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-H = TypeVar("H", bound=KwargsHandler)
 # accelerate's module logger: main process only, "[RANK 0] " first (no levels set here)
 _logger = MultiProcessAdapter(logging.getLogger(__name__), {})
 _Params = torch.Tensor | Iterable[torch.Tensor]
 
 
-class Accelerator:
+class Accelerator(ProcessView):
     """Device placement, data parallelism, mixed precision, accumulation and checkpoints.
 
     Args:
@@ -105,7 +104,7 @@ class Accelerator:
             is the shuffle's, which every rank seeds alike in any case.
         log_with: experiment trackers for :meth:`log`: ``"tensorboard"``, ``"mlflow"``,
             ``"wandb"``, ``"trackio"``, ``"all"`` (every one installed), a list of them, or
-            :class:`~notebook_accel.training.tracking.GeneralTracker` instances.
+            :class:`~notebook_accel.training.trackers.GeneralTracker` instances.
         deepspeed_plugin: train with DeepSpeed's ZeRO: a
             :class:`~notebook_accel.DeepSpeedPlugin` (needs the ``deepspeed``
             extra; not with ``fsdp``); ``None`` takes the launcher's (off). Prepare each model
@@ -161,7 +160,7 @@ class Accelerator:
         # built from them (training/choices.py: the launcher's defaults, accelerate's other
         # spellings, options/rules.py's combinations): errors come out clean.
         choices = settle(**{name: value for name, value in locals().items() if name in OPTIONS})
-        self.log_with = tracking.resolve(log_with)  # [metrics] names checked before anything
+        self.log_with = trackers.resolve(log_with)  # [metrics] names checked before anything
         self._handlers = choices.handlers
         self.project_configuration = choices.project
         self.dataloader_config = choices.dataloader
@@ -171,13 +170,24 @@ class Accelerator:
         self.fsdp_plugin, self.parallelism_config = choices.fsdp, choices.mesh
         self.ddp_kwargs = choices.ddp_kwargs
         self.device_placement = device_placement
-        self.state = choices.process_state(cpu)  # the job's size checked against the options
-        self._processes = PartialState.of(self.state)
-        self.precision = choices.precision_for(self.state)
-        self.gradient_state = GradientState(accumulation_steps=choices.accumulation_steps)
+        self._process = choices.process_state(cpu)  # the job's size checked against the options
+        self.precision = choices.precision_for(self._process)
+        self.gradient_state = GradientState.for_accelerator(choices.accumulation_steps)
         # How models are spread over the processes: everything specific to one kind of
         # parallelism lives in its strategy (strategies/).
-        self._strategy = choices.strategy_for(self.state, self.gradient_state)
+        self._strategy = choices.strategy_for(self._process, self.gradient_state)
+        facts = accelerator_state.Facts(
+            process=self._process,
+            distributed_type=self._strategy.distributed_type,
+            mixed_precision=self.precision.name,
+            deepspeed_plugin=self.deepspeed_plugin,
+            fsdp_plugin=self.fsdp_plugin,
+            dynamo_plugin=self.dynamo_plugin,
+            parallelism_config=self.parallelism_config,
+            accelerator=weakref.ref(self),
+        )
+        # accelerate's accelerator.state: its AcceleratorState (the process helpers too)
+        self.state = accelerator_state.AcceleratorState.of(facts)
         self.flag_tensor: torch.Tensor | None = None  # set_trigger / check_trigger
         self.step = 0  # backward() calls, saved in checkpoints
         self._objects = checkpoint.Stateful()
@@ -192,28 +202,17 @@ class Accelerator:
             # A seed chosen at launch (argument, panel or config file) seeds every RNG, the
             # same on each rank, as set_seed(seed) at the top of the function would.
             set_seed(launch_seed)
-        # [metrics] trackers and the live chart (tracking.py, reporting/live.py)
-        self.trackers: list[tracking.GeneralTracker] = []
-        self._live = live.relay() if self.state.is_main_process else None
+        # [metrics] trackers and the live chart (trackers.py, reporting/live.py)
+        self.trackers: list[trackers.GeneralTracker] = []
+        self._live = live.relay() if self.is_main_process else None
         live.count_steps(lambda: self.step)
-        accelerator_state.register(self)  # AcceleratorState(), state.is_initialized()
+        accelerator_state.register(facts)  # AcceleratorState(), state.is_initialized()
 
     # ---- process facts -------------------------------------------------------------------
-    device = property(lambda self: self.state.device, doc="The device this process uses.")
-    num_processes = property(lambda self: self.state.world_size, doc="Processes in the job.")
-    process_index = property(lambda self: self.state.rank, doc="Global rank.")
-    local_process_index = property(lambda self: self.state.local_rank, doc="Rank on machine.")
-    is_main_process = property(lambda self: self.state.is_main_process, doc="Rank 0.")
-    is_local_main_process = property(
-        lambda self: self.state.is_local_main_process, doc="Local rank 0."
-    )
-    is_last_process = property(
-        lambda self: self.state.rank == self.state.world_size - 1, doc="The highest rank."
-    )
+    # device, process_index, num_processes, is_main_process, ...: ProcessView's
     distributed_type = property(
         lambda self: self._strategy.distributed_type, doc="NO/MULTI_CPU/.../FSDP/DEEPSPEED."
     )
-    use_distributed = property(lambda self: self.state.world_size > 1, doc="More than 1 rank.")
     mixed_precision = property(
         lambda self: self.precision.name, doc="'no', 'fp16', 'bf16' or 'fp8'."
     )
@@ -264,7 +263,7 @@ class Accelerator:
     @property
     def profile_handler(self) -> ProfileKwargs | None:
         """The ``ProfileKwargs`` of ``kwargs_handlers``, if the user gave one."""
-        return self._handler(ProfileKwargs)
+        return self._handlers.of(ProfileKwargs)
 
     def profile(
         self, profile_handler: ProfileKwargs | None = None
@@ -280,15 +279,6 @@ class Accelerator:
         """
         handler = profile_handler or self.profile_handler or ProfileKwargs()
         return profiled(handler, self.process_index, self.wait_for_everyone)
-
-    def _handler(self, kind: type[H]) -> H | None:
-        """The ``kwargs_handlers`` entry of class ``kind``, if the user gave one."""
-        return self._handlers.get(kind)  # type: ignore[return-value]
-
-    def _handler_kwargs(self, kind: type[KwargsHandler]) -> dict[str, Any]:
-        """The options the user set in the ``kind`` handler (``{}`` without one)."""
-        handler = self._handler(kind)
-        return handler.to_kwargs() if handler is not None else {}
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
@@ -364,7 +354,7 @@ class Accelerator:
             self._replaced.update(replaced)
             for opt in self._objects.optimizer:
                 _follow_parameters(opt.optimizer, replaced)
-        self.precision.wrap_forward(model, **self._handler_kwargs(AutocastKwargs))
+        self.precision.wrap_forward(model, **self._handlers.kwargs(AutocastKwargs))
         if not evaluation_mode:  # inference only: device and precision, no wrapper
             model = self._strategy.prepare_model(model)
             for opt in self._objects.optimizer:  # optimizers prepared before their model
@@ -440,7 +430,7 @@ class Accelerator:
         options to ``torch.autocast``: ``AutocastKwargs(enabled=False)`` runs the block in
         full precision.
         """
-        handler = autocast_handler or self._handler(AutocastKwargs)
+        handler = autocast_handler or self._handlers.of(AutocastKwargs)
         options = handler.to_kwargs() if handler is not None else {}
         return self.precision.autocast(**options)
 
@@ -614,31 +604,31 @@ class Accelerator:
     # ---- processes: delegated to a PartialState over this Accelerator's state --------------
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on each machine's local main process only (as accelerate does)."""
-        self._processes.print(*args, **kwargs)
+        self.state.print(*args, **kwargs)
 
     def wait_for_everyone(self) -> None:
         """Barrier across all processes."""
-        self.state.barrier()
+        self._process.barrier()
 
     def main_process_first(self) -> contextlib.AbstractContextManager[None]:
         """Run the block on the main process first (e.g. a download), then on the others."""
-        return self._processes.main_process_first()
+        return self.state.main_process_first()
 
     def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
         """Run the block on each machine's local main process first, then on the others."""
-        return self._processes.local_main_process_first()
+        return self.state.local_main_process_first()
 
     def on_main_process(self, function: F | None = None) -> F:
         """Decorator: run ``function`` on the main process only (``None`` elsewhere)."""
-        return self._processes.on_main_process(function)
+        return self.state.on_main_process(function)
 
     def on_local_main_process(self, function: F | None = None) -> F:
         """Decorator: run ``function`` on each machine's local main process only."""
-        return self._processes.on_local_main_process(function)
+        return self.state.on_local_main_process(function)
 
     def on_last_process(self, function: F | None = None) -> F:
         """Decorator: run ``function`` on the last process only."""
-        return self._processes.on_last_process(function)
+        return self.state.on_last_process(function)
 
     def on_process(self, function: F | None = None, process_index: int | None = None) -> Any:
         """Decorator: run ``function`` on rank ``process_index`` only.
@@ -648,13 +638,13 @@ class Accelerator:
             ... def report():
             ...     print("rank 1 here")
         """
-        return self._processes.on_process(function, process_index)
+        return self.state.on_process(function, process_index)
 
     def on_local_process(
         self, function: F | None = None, local_process_index: int | None = None
     ) -> Any:
         """Decorator: run ``function`` on local rank ``local_process_index`` of each machine."""
-        return self._processes.on_local_process(function, local_process_index)
+        return self.state.on_local_process(function, local_process_index)
 
     def end_training(self) -> None:
         """End the trackers, wait for every process, leave the group this Accelerator made."""
@@ -665,7 +655,7 @@ class Accelerator:
             self._live.flush()
         self.wait_for_everyone()
         self._strategy.end()
-        if self.state.created_group and torch.distributed.is_initialized():
+        if self._process.created_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
     # ---- one object at a time: accelerate's prepare_* (prepare() does all of them) ---------
@@ -784,7 +774,7 @@ class Accelerator:
         """Alias of :meth:`free_memory`."""
         return self.free_memory(*objects)
 
-    # ---- trackers and the live chart (tracking.py, reporting/live.py) ----------------------------
+    # ---- trackers and the live chart (trackers.py, reporting/live.py) ----------------------------
     def init_trackers(
         self,
         project_name: str,
@@ -808,7 +798,7 @@ class Accelerator:
         if not self.is_main_process:
             return
         made = [
-            tracking.make(wanted, project_name, self.logging_dir, init_kwargs or {})
+            trackers.make(wanted, project_name, self.logging_dir, init_kwargs or {})
             for wanted in self.log_with
         ]
         self.trackers.extend(made)
@@ -827,7 +817,7 @@ class Accelerator:
             ConfigError: no tracker of that name was started.
         """
         if not self.is_main_process:
-            return tracking.GeneralTracker(_blank=True)
+            return trackers.GeneralTracker(_blank=True)
         for tracker in self.trackers:
             if tracker.name == name:
                 return tracker.tracker if unwrap else tracker
@@ -1042,7 +1032,7 @@ class Accelerator:
         scaler = self.scaler.state_dict() if self.scaler is not None else None
         path = checkpoint.save_state(
             folder,
-            self.state,
+            self._process,
             objects,
             weights,
             {"step": self.step, "micro_step": self.gradient_state.micro_step},
@@ -1109,7 +1099,7 @@ class Accelerator:
             hook(models, os.fspath(input_dir))
         progress = checkpoint.load_state(
             input_dir,
-            self.state,
+            self._process,
             dataclasses.replace(objects, model=[compiling.uncompiled(m) for m in models]),
             read_sharded=functools.partial(sharded.load, trusted=trusted) if sharded else None,
             scaler=self.scaler,

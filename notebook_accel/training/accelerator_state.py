@@ -1,16 +1,17 @@
-"""accelerate's ``AcceleratorState``, ``GradientState`` and ``accelerate.state.is_initialized()``.
+"""accelerate's ``AcceleratorState`` and ``accelerate.state.is_initialized()``.
 
-    Accelerator(...)   -> register(accelerator): this process's latest Accelerator's facts
-    AcceleratorState() -> those facts (process state, precision, plugins, mesh); before any
-                          Accelerator, a ValueError, as accelerate's
-    GradientState()    -> its gradient state (sync_gradients, num_steps, ...), or a fresh one
+    Accelerator(...)   -> Facts (its ProcessState, precision name, plugins; a weak reference
+                          for the mesh): its ``state`` (AcceleratorState.of(facts)), and
+                          register(facts): this process's latest Accelerator's
+    AcceleratorState() -> the latest facts; before any Accelerator, a ValueError, as
+                          accelerate's
     is_initialized()   -> an Accelerator was made in this process
+    GradientState()    -> the latest Accelerator's record (training/process.py)
 
 accelerate keeps these in Borg dicts that every instance shares. Here the Accelerator stays
-the owner of its facts: ``register`` keeps the small, fixed ones (its ProcessState, precision
-name, plugins, gradient record) and a weak reference for the mesh, so the Accelerator and its
-prepared models are freed as usual, while ``AcceleratorState()`` still answers afterwards (as
-accelerate's does). Library code such as transformers' reads
+the owner of its facts: they are small and fixed, with a weak reference for the mesh, so the
+Accelerator and its prepared models are freed as usual, while ``AcceleratorState()`` still
+answers afterwards (as accelerate's does). Library code such as transformers' reads
 ``AcceleratorState().mixed_precision`` inside a user's function. A worker is a fresh process
 for each launch, so nothing carries from one launch to the next.
 """
@@ -22,30 +23,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import launched
-from .handlers import GradientAccumulationPlugin
+from .process import DistributedType, ProcessState
 from .processes import PartialState
-from .state import DistributedType, ProcessState
-from .state import GradientState as _Record
 
-__all__ = ["AcceleratorState", "GradientState", "is_initialized", "register"]
+__all__ = ["AcceleratorState", "Facts", "is_initialized", "register"]
 
 
 @dataclass(frozen=True)
-class _Facts:
-    """What an Accelerator fixed at construction, kept for AcceleratorState()."""
+class Facts:
+    """What an Accelerator settled at construction: its process and its choices. Its
+    ``state`` (an AcceleratorState) reads them, and so does ``AcceleratorState()`` after."""
 
-    state: ProcessState
+    process: ProcessState
     distributed_type: DistributedType
     mixed_precision: str
     deepspeed_plugin: Any
     fsdp_plugin: Any
     dynamo_plugin: Any
     parallelism_config: Any
-    gradient_state: _Record
     accelerator: weakref.ref[Any]
 
 
-_latest: _Facts | None = None
+_latest: Facts | None = None
 
 
 @launched.forget_when_a_rank_starts
@@ -56,20 +55,10 @@ def _forget() -> None:
     _latest = None
 
 
-def register(accelerator: Any) -> None:
-    """Note ``accelerator`` as this process's latest (its constructor calls this)."""
+def register(facts: Facts) -> None:
+    """Note an Accelerator's facts as this process's latest (its constructor calls this)."""
     global _latest
-    _latest = _Facts(
-        state=accelerator.state,
-        distributed_type=accelerator.distributed_type,
-        mixed_precision=accelerator.mixed_precision,
-        deepspeed_plugin=accelerator.deepspeed_plugin,
-        fsdp_plugin=accelerator.fsdp_plugin,
-        dynamo_plugin=accelerator.dynamo_plugin,
-        parallelism_config=accelerator.parallelism_config,
-        gradient_state=accelerator.gradient_state,
-        accelerator=weakref.ref(accelerator),
-    )
+    _latest = facts
 
 
 def is_initialized() -> bool:
@@ -118,7 +107,14 @@ class AcceleratorState(PartialState):
                 "Accelerator()` before using AcceleratorState() (as accelerate requires)."
             )
         self._facts = _latest
-        self._state = _latest.state
+        self._process = _latest.process
+
+    @classmethod
+    def of(cls, facts: Facts) -> AcceleratorState:
+        """The state of the Accelerator these facts are of (``accelerator.state``)."""
+        self = cls.__new__(cls)
+        self._facts, self._process = facts, facts.process
+        return self
 
     @property
     def mixed_precision(self) -> str:
@@ -164,44 +160,3 @@ class AcceleratorState(PartialState):
 
     def __repr__(self) -> str:
         return f"{super().__repr__()}\nMixed precision type: {self.mixed_precision}\n"
-
-
-class GradientState:
-    """accelerate's ``GradientState()``: the latest Accelerator's gradient state, read live.
-
-    ``sync_gradients`` (does this micro-batch step?), ``num_steps`` (the accumulation steps),
-    ``end_of_dataloader`` and ``remainder`` (the active prepared loader's last batch). Without
-    an Accelerator, a fresh record (``num_steps`` from the plugin, else 1).
-    ``adjust_scheduler`` and ``sync_with_dataloader`` answer as accelerate's do for the
-    plugins it accepts (accelerate reads them from the plugin's non-default fields).
-
-    Example:
-        >>> from notebook_accel.state import GradientState
-        >>> GradientState().sync_gradients
-        True
-    """
-
-    def __init__(self, gradient_accumulation_plugin: GradientAccumulationPlugin | None = None):
-        if _latest is not None:
-            self._record = _latest.gradient_state
-        else:
-            plugin = gradient_accumulation_plugin
-            self._record = _Record(accumulation_steps=(plugin and plugin.num_steps) or 1)
-
-    sync_gradients = property(lambda self: self._record.sync_gradients, doc="Steps now?")
-    num_steps = property(lambda self: self._record.accumulation_steps, doc="Accumulation.")
-    end_of_dataloader = property(
-        lambda self: self._record.end_of_dataloader, doc="The loader's last batch."
-    )
-    remainder = property(lambda self: self._record.remainder, doc="Real samples of it, or -1.")
-    adjust_scheduler = property(lambda self: False, doc="accelerate's answer (see above).")
-    sync_with_dataloader = property(lambda self: True, doc="A loader's end ends a cycle.")
-    initialized = property(lambda self: True, doc="True: a GradientState exists.")
-
-    def __repr__(self) -> str:
-        return (
-            f"Sync Gradients: {self.sync_gradients}\n"
-            f"At end of current dataloader: {self.end_of_dataloader}\n"
-            f"Extra samples added: {self.remainder}\n"
-            f"Gradient accumulation plugin: {{'num_steps': {self.num_steps}}}\n"
-        )

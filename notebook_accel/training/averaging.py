@@ -19,7 +19,7 @@ import torch
 
 from ..errors import ConfigError
 from . import collectives
-from .state import DistributedType
+from .process import DistributedType
 
 if TYPE_CHECKING:
     from .accelerator import Accelerator

@@ -16,7 +16,6 @@ settled values and builds its parts from them.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 from dataclasses import dataclass
@@ -36,14 +35,15 @@ from .handlers import (
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
+    Handlers,
     InitProcessGroupKwargs,
     KwargsHandler,
     collect,
 )
 from .precision import check_precision, make_precision
 from .precision.modes import Precision
+from .process import GradientState, ProcessState
 from .project import ProjectConfiguration
-from .state import GradientState, ProcessState
 from .strategies import Strategy
 
 __all__ = ["OPTIONS", "Choices", "accumulation_steps", "settle"]
@@ -63,13 +63,13 @@ class Choices:
     dataloader: DataLoaderConfiguration
     step_scheduler_with_optimizer: bool
     rng_types: list[str]
-    handlers: dict[type, KwargsHandler]
+    handlers: Handlers
     ddp_kwargs: dict[str, Any]
 
     def process_state(self, cpu: bool) -> ProcessState:
         """This process's facts (its group joined), checked against the options that need a
         job of some size (rules.sized: FSDP in one process, a mesh the job does not fill)."""
-        group_options = self.handler_kwargs(InitProcessGroupKwargs)
+        group_options = self.handlers.kwargs(InitProcessGroupKwargs)
         state = ProcessState.from_environment(cpu=cpu, group_options=group_options)
         rules.sized(
             state.world_size,
@@ -77,26 +77,18 @@ class Choices:
             mesh=None if self.mesh is None else self.mesh.sizes(),
             names=rules.ACCELERATOR,
         )
-        return dataclasses.replace(
-            state,
-            deepspeed_plugin=self.deepspeed,
-            dynamo_plugin=self.dynamo,
-            fsdp_plugin=self.fsdp,
-            parallelism_config=self.mesh,
-            mixed_precision=self.precision,
-        )
+        return state
 
     def precision_for(self, state: ProcessState) -> Precision:
         """The precision object for this process's device."""
         # An XLA job's precision (graph cut per step, gradients averaged across device threads)
         # follows the job's backend, whatever device object torch_xla hands out.
         kind = "xla" if state.backend == "xla" else state.device.type
-        recipe = next((h for k, h in self.handlers.items() if k.__name__ == "AORecipeKwargs"), None)
         return make_precision(
             self.precision,
             kind,
-            self.handler_kwargs(GradScalerKwargs),
-            recipe,  # the user's AORecipeKwargs, found by name: fp8.py loads only for fp8
+            self.handlers.kwargs(GradScalerKwargs),
+            self.handlers.named("AORecipeKwargs"),  # fp8.py loads only for fp8
             state.device,
             loss_scaler=self.deepspeed is None,  # DeepSpeed scales fp16 losses itself
         )
@@ -107,22 +99,13 @@ class Choices:
             state,
             fsdp=self.fsdp,
             ddp_kwargs=self.ddp_kwargs,
-            ddp_handler=self.handler(DistributedDataParallelKwargs),  # type: ignore[arg-type]
+            ddp_handler=self.handlers.of(DistributedDataParallelKwargs),
             deepspeed=self.deepspeed,
             gradient_state=gradient_state,
             mixed_precision=self.precision,
             split_batches=self.dataloader.split_batches,
             parallelism=self.mesh,
         )
-
-    def handler(self, kind: type[KwargsHandler]) -> KwargsHandler | None:
-        """The ``kwargs_handlers`` entry of class ``kind``, if the user gave one."""
-        return self.handlers.get(kind)
-
-    def handler_kwargs(self, kind: type[KwargsHandler]) -> dict[str, Any]:
-        """The options the user set in the ``kind`` handler (``{}`` without one)."""
-        handler = self.handler(kind)
-        return handler.to_kwargs() if handler is not None else {}
 
 
 def settle(
@@ -319,12 +302,9 @@ def _data_config(
     )
 
 
-def _ddp_kwargs(
-    handlers: dict[type, KwargsHandler], ddp_kwargs: dict[str, Any] | None
-) -> dict[str, Any]:
+def _ddp_kwargs(handlers: Handlers, ddp_kwargs: dict[str, Any] | None) -> dict[str, Any]:
     """``ddp_kwargs`` merged with a DistributedDataParallelKwargs handler's (no key twice)."""
-    handler = handlers.get(DistributedDataParallelKwargs)
-    from_handler = handler.to_kwargs() if handler is not None else {}
+    from_handler = handlers.kwargs(DistributedDataParallelKwargs)
     clash = sorted(set(from_handler) & set(ddp_kwargs or {}))
     if clash:
         raise ConfigError(

@@ -55,13 +55,31 @@ class KwargsHandler:
         }
 
 
-def collect(handlers: Iterable[Any] | None) -> dict[type, KwargsHandler]:
+class Handlers(dict[type, KwargsHandler]):
+    """An Accelerator's ``kwargs_handlers``, by class: the one lookup of them."""
+
+    def of(self, kind: type[H]) -> H | None:
+        """The entry of class ``kind``, if the user gave one."""
+        return self.get(kind)  # type: ignore[return-value]
+
+    def kwargs(self, kind: type[KwargsHandler]) -> dict[str, Any]:
+        """The options the user set in the ``kind`` handler (``{}`` without one)."""
+        handler = self.get(kind)
+        return handler.to_kwargs() if handler is not None else {}
+
+    def named(self, name: str) -> KwargsHandler | None:
+        """The entry whose class is called ``name`` (a handler of a module loaded only when
+        used, such as fp8's AORecipeKwargs)."""
+        return next((h for kind, h in self.items() if kind.__name__ == name), None)
+
+
+def collect(handlers: Iterable[Any] | None) -> Handlers:
     """Validate ``kwargs_handlers`` and index them by class: at most one of each kind.
 
     Raises:
         ConfigError: an item that is not a handler, or two handlers of the same class.
     """
-    found: dict[type, KwargsHandler] = {}
+    found = Handlers()
     for i, handler in enumerate(handlers or ()):
         if not isinstance(handler, KwargsHandler):
             raise ConfigError(

@@ -75,7 +75,7 @@ def get_logger(name: str, log_level: str | None = None) -> MultiProcessAdapter:
         >>> logger.info("rank 0 says", main_process_only=True)  # doctest: +SKIP
     """
     if log_level is None:
-        log_level = env.get("ACCELERATE_LOG_LEVEL")
+        log_level = env.accelerate_log_level()
     logger = logging.getLogger(name)
     if log_level is not None:
         logger.setLevel(log_level.upper())

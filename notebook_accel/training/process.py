@@ -8,16 +8,19 @@
         world > 1 and no group yet -> torch.distributed.init_process_group(backend, "env://")
         world > 1 and a group      -> reuse it (a second Accelerator in the same process)
 
-``GradientState`` is the small mutable record that the optimizer wrappers, the data loaders and
-``Accelerator.accumulate`` share: whether this step synchronises gradients, and whether the
-active data loader is on its last batch (and how many of that batch's samples are real).
+``ProcessView`` gives accelerate's names for those facts (process_index, is_main_process, ...),
+once, to the Accelerator, PartialState and AcceleratorState. ``GradientState`` is the small
+mutable record that the optimizer wrappers, the data loaders and ``Accelerator.accumulate``
+share: whether this step synchronises gradients, and whether the active data loader is on
+its last batch (and how many of that batch's samples are real); accelerate's
+``GradientState()`` gives the latest Accelerator's.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -25,7 +28,7 @@ import torch.distributed as dist
 from .. import env, launched
 from ..errors import ConfigError
 
-__all__ = ["DistributedType", "ProcessState", "GradientState"]
+__all__ = ["DistributedType", "GradientState", "ProcessState", "ProcessView"]
 
 
 class DistributedType(enum.StrEnum):
@@ -89,7 +92,8 @@ def _device_for(device_type: str, local_rank: int) -> torch.device:
 
 @dataclass(frozen=True)
 class ProcessState:
-    """This process's rank, world, device and backend; built once per Accelerator.
+    """This process's rank, world, device and backend: the one record of them, built once
+    per Accelerator (or PartialState). accelerate's names for them are ``ProcessView``'s.
 
     Attributes:
         rank: global rank (0 in a single process).
@@ -100,13 +104,6 @@ class ProcessState:
         backend: the torch.distributed backend (``"gloo"``, ``"nccl"``, ``"xla"``).
         distributed_type: ``DistributedType.NO`` for a single process.
         created_group: whether this state initialised the default process group.
-        deepspeed_plugin: the Accelerator's DeepSpeedPlugin (accelerate's
-            ``accelerator.state.deepspeed_plugin``), else ``None``.
-        dynamo_plugin: the Accelerator's TorchDynamoPlugin (``accelerator.state.dynamo_plugin``).
-        fsdp_plugin: the Accelerator's FSDP options (an ``FsdpConfig``), else ``None``
-            (accelerate's ``accelerator.state.fsdp_plugin``, which only FSDP jobs have).
-        parallelism_config: the Accelerator's ParallelismConfig, else ``None``.
-        mixed_precision: the Accelerator's precision name (``accelerator.state.mixed_precision``).
 
     Example:
         >>> state = ProcessState.from_environment(cpu=True)
@@ -122,11 +119,6 @@ class ProcessState:
     backend: str
     distributed_type: DistributedType
     created_group: bool = False
-    deepspeed_plugin: Any = None
-    dynamo_plugin: Any = None
-    fsdp_plugin: Any = None
-    parallelism_config: Any = None
-    mixed_precision: str = "no"
 
     @classmethod
     def from_environment(
@@ -159,23 +151,6 @@ class ProcessState:
         )
 
     @property
-    def is_main_process(self) -> bool:
-        """True on global rank 0."""
-        return self.rank == 0
-
-    # accelerate's names, for code that reads ``accelerator.state.<name>``.
-    process_index = property(lambda self: self.rank, doc="Global rank (accelerate's name).")
-    local_process_index = property(lambda self: self.local_rank, doc="Rank on this machine.")
-    num_processes = property(lambda self: self.world_size, doc="Processes in the job.")
-    use_distributed = property(lambda self: self.world_size > 1, doc="More than one process.")
-    is_last_process = property(lambda self: self.rank == self.world_size - 1, doc="Last rank.")
-
-    @property
-    def is_local_main_process(self) -> bool:
-        """True on local rank 0 of each machine."""
-        return self.local_rank == 0
-
-    @property
     def has_group(self) -> bool:
         """Whether a torch.distributed process group joins the ranks.
 
@@ -192,6 +167,65 @@ class ProcessState:
             import torch_xla.core.xla_model as xm
 
             xm.rendezvous("notebook_accel.barrier")
+
+
+class ProcessView:
+    """accelerate's names for a process's facts, said once: the Accelerator, PartialState
+    and AcceleratorState (and ``accelerator.state``) answer them from their ``_process``.
+
+    Example:
+        >>> from notebook_accel.state import PartialState
+        >>> PartialState().is_last_process
+        True
+    """
+
+    _process: ProcessState
+
+    @property
+    def device(self) -> torch.device:
+        """The device this process uses."""
+        return self._process.device
+
+    @property
+    def process_index(self) -> int:
+        """Global rank."""
+        return self._process.rank
+
+    @property
+    def local_process_index(self) -> int:
+        """Rank on this machine."""
+        return self._process.local_rank
+
+    @property
+    def num_processes(self) -> int:
+        """Processes in the job."""
+        return self._process.world_size
+
+    @property
+    def use_distributed(self) -> bool:
+        """More than one process."""
+        return self._process.world_size > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        """Global rank 0."""
+        return self._process.rank == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """Rank 0 of this machine."""
+        return self._process.local_rank == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        """The highest global rank."""
+        return self._process.rank == self._process.world_size - 1
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """``DistributedType.NO`` in a single process, else ``MULTI_CPU``/``MULTI_GPU``/``XLA``
+        (an Accelerator's: FSDP or DEEPSPEED under those strategies)."""
+        return self._process.distributed_type
 
 
 def _xla_job() -> env.DistributedEnv:
@@ -261,23 +295,56 @@ def _join_xla_group() -> bool:
     return True
 
 
-@dataclass
 class GradientState:
-    """Shared, mutable per-step record (owned by one Accelerator; not a global).
+    """One Accelerator's gradient state: the small mutable record that the optimizer
+    wrappers, the data loaders and ``Accelerator.accumulate`` share, and accelerate's
+    ``GradientState()`` too.
+
+    ``GradientState(accumulation_steps=N)`` makes a record (an Accelerator makes its own:
+    ``for_accelerator``). accelerate's ``GradientState()`` (or with its
+    ``gradient_accumulation_plugin``) gives the latest Accelerator's record of this process,
+    live, as accelerate's shared one does; before any Accelerator, a fresh one (``num_steps``
+    from the plugin, else 1).
 
     Attributes:
-        accumulation_steps: micro-batches per optimizer step.
+        accumulation_steps: micro-batches per optimizer step (accelerate's ``num_steps``).
         sync_gradients: whether the current micro-batch ends an accumulation cycle.
         micro_step: micro-batches seen in the current cycle.
         end_of_dataloader: the active loader just yielded its last batch.
         remainder: on the last batch, how many of the gathered samples are real (-1: all).
+
+    Example:
+        >>> GradientState(accumulation_steps=2).sync_gradients
+        True
     """
 
-    accumulation_steps: int = 1
-    sync_gradients: bool = True
-    micro_step: int = 0
-    end_of_dataloader: bool = False
-    remainder: int = -1
+    _latest: ClassVar[GradientState | None] = None
+
+    def __new__(
+        cls, gradient_accumulation_plugin: Any = None, *, accumulation_steps: int | None = None
+    ) -> GradientState:
+        if accumulation_steps is None and cls._latest is not None:
+            return cls._latest  # accelerate's GradientState(): the latest Accelerator's
+        return super().__new__(cls)
+
+    def __init__(
+        self, gradient_accumulation_plugin: Any = None, *, accumulation_steps: int | None = None
+    ) -> None:
+        if self is GradientState._latest and accumulation_steps is None:
+            return  # the latest Accelerator's record, as it is
+        plugin_steps = getattr(gradient_accumulation_plugin, "num_steps", None)
+        self.accumulation_steps = accumulation_steps or plugin_steps or 1
+        self.sync_gradients = True
+        self.micro_step = 0
+        self.end_of_dataloader = False
+        self.remainder = -1
+
+    @classmethod
+    def for_accelerator(cls, accumulation_steps: int) -> GradientState:
+        """A new Accelerator's record, which ``GradientState()`` then gives."""
+        record = cls(accumulation_steps=accumulation_steps)
+        cls._latest = record
+        return record
 
     def advance(self) -> None:
         """Start a micro-batch: decide whether it synchronises (cycle end or loader end)."""
@@ -287,3 +354,23 @@ class GradientState:
             self.micro_step = 0
         else:
             self.sync_gradients = False
+
+    # accelerate's names
+    num_steps = property(lambda self: self.accumulation_steps, doc="Accumulation steps.")
+    adjust_scheduler = property(lambda self: False, doc="accelerate's answer for its plugins.")
+    sync_with_dataloader = property(lambda self: True, doc="A loader's end ends a cycle.")
+    initialized = property(lambda self: True, doc="True: a GradientState exists.")
+
+    def __repr__(self) -> str:
+        return (
+            f"Sync Gradients: {self.sync_gradients}\n"
+            f"At end of current dataloader: {self.end_of_dataloader}\n"
+            f"Extra samples added: {self.remainder}\n"
+            f"Gradient accumulation plugin: {{'num_steps': {self.num_steps}}}\n"
+        )
+
+
+@launched.forget_when_a_rank_starts
+def _forget_gradients() -> None:
+    """A new rank has no Accelerator yet: GradientState() is a fresh record there."""
+    GradientState._latest = None

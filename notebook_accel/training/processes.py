@@ -2,7 +2,7 @@
 
     PartialState(cpu=..., **InitProcessGroupKwargs(...).to_kwargs())
         -> ProcessState.from_environment(...)   (joins the process group, or reuses it)
-    PartialState.of(state)                     (the Accelerator's own, sharing its state)
+    its facts by accelerate's names: ProcessView's (process_index, is_main_process, ...)
 
 accelerate's ``PartialState`` is a Borg: every instance shares one global dict. Here each
 instance reads the environment itself (the process group is the only shared thing, and torch
@@ -17,12 +17,11 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
 from . import collectives
-from .state import DistributedType, ProcessState
+from .process import ProcessState, ProcessView
 
 __all__ = ["PartialState"]
 
@@ -34,7 +33,7 @@ def _do_nothing(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-class PartialState:
+class PartialState(ProcessView):
     """Where this process sits in the job, and the helpers that depend on it.
 
     Args:
@@ -53,75 +52,23 @@ class PartialState:
     """
 
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
-        self._state = ProcessState.from_environment(cpu=cpu, group_options=kwargs)
+        self._process = ProcessState.from_environment(cpu=cpu, group_options=kwargs)
 
-    @classmethod
-    def of(cls, state: ProcessState) -> PartialState:
-        """A PartialState over an existing ``ProcessState`` (no new process group)."""
-        self = cls.__new__(cls)
-        self._state = state
-        return self
-
-    # ---- facts -----------------------------------------------------------------------------
-    @property
-    def process_index(self) -> int:
-        """Global rank."""
-        return self._state.rank
-
-    @property
-    def local_process_index(self) -> int:
-        """Rank on this machine."""
-        return self._state.local_rank
-
-    @property
-    def num_processes(self) -> int:
-        """Processes in the job."""
-        return self._state.world_size
-
-    @property
-    def device(self) -> torch.device:
-        """The device this process uses."""
-        return self._state.device
-
+    # accelerate's names for the process's facts: ProcessView's (device, process_index, ...)
     @property
     def backend(self) -> str | None:
         """The torch.distributed backend; ``None`` in a single process (as accelerate has it)."""
-        return self._state.backend if self.use_distributed else None
-
-    @property
-    def distributed_type(self) -> DistributedType:
-        """``DistributedType.NO`` in a single process, else ``MULTI_CPU``/``MULTI_GPU``/``XLA``."""
-        return self._state.distributed_type
+        return self._process.backend if self.use_distributed else None
 
     @property
     def initialized(self) -> bool:
         """Always True: a PartialState is built complete."""
         return True
 
-    @property
-    def use_distributed(self) -> bool:
-        """More than one process."""
-        return self._state.world_size > 1
-
-    @property
-    def is_main_process(self) -> bool:
-        """Global rank 0."""
-        return self._state.is_main_process
-
-    @property
-    def is_local_main_process(self) -> bool:
-        """Rank 0 of this machine."""
-        return self._state.is_local_main_process
-
-    @property
-    def is_last_process(self) -> bool:
-        """The highest global rank."""
-        return self._state.rank == self._state.world_size - 1
-
     # ---- synchronisation -------------------------------------------------------------------
     def wait_for_everyone(self) -> None:
         """Barrier across all processes (a no-op in one process)."""
-        self._state.barrier()
+        self._process.barrier()
 
     @contextlib.contextmanager
     def _goes_first(self, first: bool) -> Iterator[None]:

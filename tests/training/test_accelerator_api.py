@@ -41,7 +41,7 @@ def test_split_batches_needs_a_divisible_batch_size() -> None:
     loader = DataLoader(TensorDataset(torch.arange(10)), batch_size=3)
     with env.overridden({"RANK": "0", "WORLD_SIZE": "2"}):
         from notebook_accel.training.data.sharding import shard_data_loader
-        from notebook_accel.training.state import GradientState, ProcessState
+        from notebook_accel.training.process import GradientState, ProcessState
 
         state = ProcessState(0, 0, 2, 2, torch.device("cpu"), "gloo", DistributedType.MULTI_CPU)
         with pytest.raises(ConfigError, match="split_batches"):

@@ -166,7 +166,7 @@ def test_unknown_tracker_and_missing_library_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="log_with") as err:
         Accelerator(log_with="comet")
     assert "tensorboard" in err.value.accepted
-    from notebook_accel.training import tracking
+    from notebook_accel.training import trackers as tracking
 
     missing = "tensorboard"
     monkeypatched = dict(tracking._BACKENDS)
@@ -189,7 +189,7 @@ def test_tensorboard_needs_a_folder_and_get_tracker_names_the_started() -> None:
 
 
 def test_all_means_every_installed_backend_and_custom_trackers_are_used() -> None:
-    from notebook_accel.training import tracking
+    from notebook_accel.training import trackers as tracking
 
     installed = [name for name in ("tensorboard", "mlflow", "wandb", "trackio")]
     expected = [name for name in installed if tracking.installed(name)]

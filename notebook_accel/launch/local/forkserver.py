@@ -256,7 +256,7 @@ def warm_up_early() -> threading.Thread | None:
     (None when nothing was started).
     """
     global _early
-    if env.warmup_disabled() or env.get("RANK") is not None:
+    if env.warmup_disabled() or env.in_a_rank():
         return None
     with _early_lock:
         if _early is not None:

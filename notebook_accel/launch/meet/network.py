@@ -69,7 +69,7 @@ def network_env(config: LaunchConfig) -> list[tuple[str, str]]:
     Without it gloo binds to what the host name resolves to (often 127.0.1.1 from
     /etc/hosts), and ranks on other machines cannot connect. A value the user set wins.
     """
-    if config.num_nodes == 1 or env.get("GLOO_SOCKET_IFNAME"):
+    if config.num_nodes == 1 or env.gloo_interface():
         return []
     name = interface_for(config.master_addr)
     return [("GLOO_SOCKET_IFNAME", name)] if name else []

@@ -45,7 +45,7 @@ def job_secret() -> bytes:
         >>> len(job_secret()) >= 16  # doctest: +SKIP
         True
     """
-    value = env.get(env.SECRET_VARIABLE)
+    value = env.secret_value()
     if value is not None:
         if not value.strip():
             raise ConfigError(

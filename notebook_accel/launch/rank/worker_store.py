@@ -166,7 +166,7 @@ def open_store(where: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT) -> An
         client = _PolledFile(place.path, seconds)
     elif place.scheme == "table":
         host, port = place.hostname or "", place.port or 0
-        key = bytes.fromhex(env.get(env.STORE_KEY_VARIABLE) or "")
+        key = env.store_key()
         channel = auth.connect(host, port, auth.WORKER, key, min(seconds, 300), "MASTER_ADDR")
         channel.send(place.path.strip("/").encode())  # the attempt: its namespace
         client = TableClient.over(channel, seconds)
@@ -182,12 +182,12 @@ def _meeting(
     url: str, timeout: datetime.timedelta, rank: int = -1, world_size: int = -1
 ) -> tuple[Any, int, int]:
     """This process's next env:// group: a fresh prefix of NOTEBOOK_ACCEL_STORE's store."""
-    where = env.get(env.STORE_VARIABLE) or ""
+    where = env.store_address()
     query = dict(parse_qsl(urlparse(url).query))
     if rank < 0:
-        rank = int(query.get("rank") or env.get("RANK") or 0)
+        rank = int(query.get("rank") or env.read_distributed().rank)
     if world_size < 0:
-        world_size = int(query.get("world_size") or env.get("WORLD_SIZE") or 1)
+        world_size = int(query.get("world_size") or env.read_distributed().world_size)
     store = dist.PrefixStore(f"init/{next(_generation)}", open_store(where, timeout))
     return store, rank, world_size
 
@@ -207,7 +207,7 @@ def route() -> None:
     def env_handler(
         url: str, timeout: datetime.timedelta = _DEFAULT_TIMEOUT, **kwargs: Any
     ) -> Iterator[tuple[Any, int, int]]:
-        if not env.get(env.STORE_VARIABLE):
+        if not env.store_address():
             yield from torch_env(url, timeout=timeout, **kwargs)
             return
         yield _meeting(url, timeout)
@@ -233,7 +233,7 @@ def _meeting_at_init(init: Callable[..., None]) -> Callable[..., None]:
             return init(*args, **kwargs)  # torch's own message
         given = bound.arguments
         method = given.get("init_method")
-        if not env.get(env.STORE_VARIABLE) or given.get("store") is not None:
+        if not env.store_address() or given.get("store") is not None:
             return init(*args, **kwargs)
         if method is not None and not str(method).startswith("env://"):
             return init(*args, **kwargs)

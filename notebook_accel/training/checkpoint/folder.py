@@ -57,7 +57,7 @@ import torch
 from ... import env
 from ...errors import CheckpointError, ConfigError
 from ...private import torch as private_torch
-from ..state import ProcessState
+from ..process import ProcessState
 from . import files as io
 
 __all__ = ["Stateful", "save_state", "load_state", "trusted", "META", "file_name"]
@@ -202,7 +202,7 @@ def save_state(
     """
     target, staging, old = _paths(directory)
     # The launch (attempt): its store's port and the attempt, different for every one.
-    launch = (env.get("MASTER_PORT"), env.get("TORCHELASTIC_RESTART_COUNT"))
+    launch = env.launch_attempt()
     counted = (*launch, int(progress["step"]), target.name)
     number = f"{progress['step']}/{target.name}/{_SAVES[counted]}"
     _SAVES[counted] += 1
@@ -247,7 +247,7 @@ def _wait_for_writer(state: ProcessState, number: str, writer: int) -> None:
         if _outcomes("waiting")[writer] != "done":
             raise CheckpointError(f"rank {writer}", "failed to write its part of the checkpoint")
         return
-    patience = float(env.get("NOTEBOOK_ACCEL_SAVE_WAIT_WARNING", "60") or 60)
+    patience = env.save_wait_warning()
     try:
         store.wait([key], timedelta(seconds=patience))
     except RuntimeError:  # torch's DistStoreError: the writer has not finished this save yet
@@ -283,16 +283,16 @@ def _save_collective(
     write_sharded: Callable[[Path], None],
 ) -> Path:
     # FSDP: every rank writes its shards into rank 0's staging folder, so barriers order it.
-    if state.is_main_process:
+    if state.rank == 0:
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     state.barrier()
     write_sharded(staging)
-    if not state.is_main_process:
+    if state.rank != 0:
         rng = io.rng_file_state(meta["step"])
         io.save_object(rng, staging / f"random_states_{state.rank}.pkl")
     state.barrier()
-    if state.is_main_process:
+    if state.rank == 0:
         _stage(staging, objects, weights, meta, scaler, state.rank, fresh=False)
         _swap(target, staging, old)
     state.barrier()
@@ -407,7 +407,7 @@ def _shared_contents(
     if not flags[0]:
         raise CheckpointError(folder or "", "the main process's folder is not a checkpoint")
     box: list[Any] = [None]
-    if state.is_main_process:  # the others unpickle what it read: members of the job only
+    if state.rank == 0:  # the others unpickle what it read: members of the job only
         assert folder is not None  # flags[0]
         box[0] = _read(folder, objects, meta, trusted)
     dist.broadcast_object_list(box, src=0)

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
-from ..state import GradientState, ProcessState
+from ..process import GradientState, ProcessState
 from .config import DataLoaderConfiguration
 from .loader import DataLoaderShard, iter_without_base_seed, rebuild
 from .randomness import EpochRandomness

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from ...errors import ConfigError
 from ..collectives import apply
-from ..state import GradientState
+from ..process import GradientState
 from .randomness import EpochRandomness, SeedableRandomSampler, samplers_of
 from .rounds import ShardSampler, plan_rounds
 

@@ -18,7 +18,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from ...errors import ConfigError
 from ...private import torch as private_torch
-from ..state import GradientState, ProcessState
+from ..process import GradientState, ProcessState
 from .config import DataLoaderConfiguration
 from .iterable import Dispatcher, shard_iterable_loader
 from .loader import DataLoaderShard, rebuild

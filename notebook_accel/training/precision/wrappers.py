@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ...private import torch as private_torch
-from ..state import GradientState
+from ..process import GradientState
 from .modes import Precision
 
 __all__ = ["AcceleratedOptimizer", "AcceleratedScheduler"]
@@ -113,7 +113,9 @@ class AcceleratedScheduler:
     ) -> None:
         self.scheduler = scheduler
         self.optimizers = optimizers
-        self.gradients = optimizers[0].gradients if optimizers else GradientState()
+        self.gradients = (
+            optimizers[0].gradients if optimizers else GradientState(accumulation_steps=1)
+        )
         self.num_processes = num_processes
         self.split_batches = split_batches
         self.step_with_optimizer = step_with_optimizer

@@ -19,7 +19,7 @@ from ...options.deepspeed import DeepSpeedPlugin
 from ...options.fsdp import FsdpConfig
 from ...options.parallelism import ParallelismConfig
 from ..handlers import DistributedDataParallelKwargs
-from ..state import GradientState, ProcessState
+from ..process import GradientState, ProcessState
 from .base import CheckpointPart, Strategy
 
 __all__ = ["CheckpointPart", "Strategy", "select"]
@@ -62,7 +62,11 @@ def select(
         from .deepspeed import DeepSpeedStrategy
 
         return DeepSpeedStrategy(
-            state, deepspeed, gradient_state or GradientState(), mixed_precision, split_batches
+            state,
+            deepspeed,
+            gradient_state or GradientState(accumulation_steps=1),
+            mixed_precision,
+            split_batches,
         )
     if fsdp:
         from .fsdp import FsdpStrategy

@@ -32,7 +32,7 @@ from ...errors import ConfigError
 from ..checkpoint.folder import Stateful
 from ..precision.modes import Precision
 from ..precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
-from ..state import DistributedType, GradientState, ProcessState
+from ..process import DistributedType, GradientState, ProcessState
 from .dummies import DummyOptim, DummyScheduler
 
 __all__ = ["CheckpointPart", "Strategy"]

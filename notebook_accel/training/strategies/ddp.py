@@ -16,7 +16,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..handlers import DistributedDataParallelKwargs
-from ..state import ProcessState
+from ..process import ProcessState
 from .base import Strategy
 
 __all__ = ["DdpStrategy"]

@@ -43,7 +43,7 @@ from ..checkpoint.files import untrusted
 from ..checkpoint.folder import Stateful, find
 from ..precision.modes import Precision
 from ..precision.wrappers import AcceleratedOptimizer, AcceleratedScheduler
-from ..state import DistributedType, GradientState, ProcessState
+from ..process import DistributedType, GradientState, ProcessState
 from .base import CheckpointPart, Strategy
 from .dummies import DummyOptim, DummyScheduler, parameters_of
 
@@ -457,7 +457,7 @@ class DeepSpeedStrategy(Strategy):
         gather = self.plugin.zero_stage == 3
         params = list(module.parameters()) if gather else []
         with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=gather):
-            if gather and not self.state.is_main_process:
+            if gather and self.state.rank != 0:
                 return {}
             return {k: v.detach().clone().cpu() for k, v in module.state_dict().items()}
 

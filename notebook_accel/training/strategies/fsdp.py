@@ -18,7 +18,7 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 
 from ...options.fsdp import FsdpConfig
-from ..state import DistributedType, ProcessState
+from ..process import DistributedType, ProcessState
 from . import sharder as fsdp2
 from .base import Strategy
 

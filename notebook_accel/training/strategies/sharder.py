@@ -40,7 +40,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from ... import env
 from ...errors import ConfigError
 from ...options.fsdp import DTYPES, HUGE_PAGES_VARIABLE, FsdpConfig, ShardingStrategy
-from ..state import ProcessState
+from ..process import ProcessState
 
 __all__ = [
     "FsdpConfig",
@@ -159,10 +159,10 @@ def return_freed_memory(who: str) -> None:
     # THP_MEM_ALLOC_ENABLE is set, which cuts the faults by ~7x; torch reads the variable at
     # its first allocation in the process, so this only works while none has happened yet.
     _fixed_mmap_threshold(1 << 20)
-    ours = env.get(HUGE_PAGES_VARIABLE) is None
+    ours = env.huge_pages() is None
     if ours:
         env.set_var(HUGE_PAGES_VARIABLE, "1")
-    if env.get(HUGE_PAGES_VARIABLE) == "1" and not _huge_page_allocations():
+    if env.huge_pages() == "1" and not _huge_page_allocations():
         if ours:  # it had no effect: leave the environment (and child processes) as it was
             env.set_var(HUGE_PAGES_VARIABLE, None)
         warnings.warn(

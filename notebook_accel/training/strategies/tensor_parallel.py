@@ -39,7 +39,7 @@ from ...errors import ConfigError
 from ...options.parallelism import TP_STYLES, ParallelismConfig
 from ..checkpoint.folder import Stateful
 from ..checkpoint.sharded import ShardedPart
-from ..state import ProcessState
+from ..process import ProcessState
 from . import sharder as fsdp2
 from .base import CheckpointPart, Strategy
 
@@ -181,7 +181,7 @@ class TensorParallelStrategy(Strategy):
         """Whole tensors on every rank (each DTensor gathered: every rank calls)."""
         if self.data_parallel_size > 1:
             full = fsdp2.full_state_dict(model)  # gathered over both dimensions, on rank 0
-            return full if self.state.is_main_process else {}
+            return full if self.state.rank == 0 else {}
         return {
             k: v.full_tensor() if isinstance(v, DTensor) else v
             for k, v in model.state_dict().items()

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from notebook_accel import debug_launcher
 from notebook_accel.errors import CheckpointError, ConfigError
-from notebook_accel.training.state import DistributedType, ProcessState
+from notebook_accel.training.process import DistributedType, ProcessState
 from notebook_accel.training.strategies.sharder import FsdpConfig, Sharder, wrap_targets
 
 

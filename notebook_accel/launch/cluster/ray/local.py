@@ -64,7 +64,7 @@ def local_cluster(
     # machine's interface address. The node processes read the variable when they start;
     # this process read it when it imported ray, so a ray imported already is told directly.
     env.set_var("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    if env.get("RAY_USAGE_STATS_ENABLED") is None:
+    if not env.ray_usage_stats_set():
         env.set_var("RAY_USAGE_STATS_ENABLED", "0")
     if "ray" in sys.modules:
         private_ray.local_only()

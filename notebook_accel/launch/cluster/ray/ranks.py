@@ -285,7 +285,7 @@ def rank_task(
         store, (places, port, node) = _join(bundle, world, key, held)
         order, envs = rank_envs(places, port, template)
         worker = envs[order.index(bundle)]
-        if not worker.loopback and not env.get("GLOO_SOCKET_IFNAME"):
+        if not worker.loopback and not env.gloo_interface():
             # gloo binds to what the host name resolves to unless told the interface.
             name = interface_for(worker.master_addr)
             if name:

@@ -83,11 +83,11 @@ def _entry(payload: Payload, launch: Launch, variables: dict[str, str], address:
 @contextmanager
 def _device_limit(layout: Layout) -> Iterator[None]:
     """Use ``num_processes`` devices: torch_xla reads the count from these variables."""
-    pjrt = env.get("PJRT_DEVICE") or "TPU"
+    pjrt = env.pjrt_device() or "TPU"
     values: dict[str, str | None] = {"PJRT_DEVICE": pjrt}
     if pjrt == "CPU":
         values["CPU_NUM_DEVICES"] = str(layout.num_processes)
-    elif env.get("TPU_NUM_DEVICES") is None and env.get("TPU_PROCESS_BOUNDS") is None:
+    elif not env.tpu_topology_given():
         values["TPU_NUM_DEVICES"] = str(layout.num_processes)
     with env.overridden(values):
         yield

@@ -49,6 +49,8 @@ __all__ = [
     "STORE_KEY_VARIABLE",
     "NO_WARMUP_VARIABLE",
     "warmup_disabled",
+    "CGROUP_VARIABLE",
+    "cgroup_folder",
     "launch_variables",
     "loopback_interface",
     "slurm_tasks_on_node",
@@ -229,6 +231,17 @@ NO_WARMUP_VARIABLE = _PREFIX + "NO_WARMUP"
 def warmup_disabled() -> bool:
     """``NOTEBOOK_ACCEL_NO_WARMUP`` asks the launcher not to start its forkserver early."""
     return os.environ.get(NO_WARMUP_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# The folder of this process's memory cgroup, where /proc does not lead to it (memory_probe.py).
+CGROUP_VARIABLE = _PREFIX + "CGROUP"
+
+
+def cgroup_folder() -> Path | None:
+    """``NOTEBOOK_ACCEL_CGROUP``: the memory cgroup folder whose limit this process is under
+    (its ``memory.max`` or ``memory.limit_in_bytes``), in place of the one /proc names."""
+    value = os.environ.get(CGROUP_VARIABLE, "").strip()
+    return Path(value).expanduser() if value else None
 
 
 def get(name: str, default: str | None = None) -> str | None:

@@ -124,8 +124,3 @@ def memory(pid: int) -> int:
         except OSError:
             continue  # ended meanwhile
     return total + sum(segments.values())
-
-
-def machine_used() -> int:
-    """The machine's used memory (psutil's), as the issue's first figures were read."""
-    return int(psutil.virtual_memory().used)

@@ -25,17 +25,12 @@ MiB = 1 << 20
 
 # Read by the callers below: a process's private memory (pages no other process maps), and
 # processes' proportional set size.
-_PRIVATE = textwrap.dedent("""
-    import json, os, sys
+_PRIVATE = textwrap.dedent(r"""
+    import json, os, pathlib, re, sys
 
     def rollup(pid):
-        fields = {}
-        with open(f"/proc/{pid}/smaps_rollup") as lines:
-            for line in lines:
-                name, _, rest = line.partition(":")
-                if rest.strip().endswith("kB"):
-                    fields[name] = int(rest.split()[0]) * 1024
-        return fields
+        text = pathlib.Path(f"/proc/{pid}/smaps_rollup").read_text()
+        return {k: int(v) * 1024 for k, v in re.findall(r"^(\w+):\s+(\d+) kB", text, re.M)}
 
     def private(pid):
         fields = rollup(pid)
@@ -70,9 +65,12 @@ def _freed(tmp_path: Path, make: bool) -> dict[str, Any]:
     (the launch renews the zygote: a fork of it now), launches with a captured tensor, then
     frees what it made; the zygote's and its idle workers' private memory after that."""
     (tmp_path / "imported_late.py").write_text("VALUE = 1\n")
-    code = _PRIVATE + textwrap.dedent(f"""
+    code = (
+        _PRIVATE
+        + _FRAMES
+        + textwrap.dedent(f"""
         import gc
-        import numpy as np, pandas as pd, torch
+        import numpy as np, torch
         from notebook_accel import notebook_launcher
         from notebook_accel.launch.local import forkserver as warm
         from notebook_accel.launch.local.idle import idle_pool
@@ -80,7 +78,7 @@ def _freed(tmp_path: Path, make: bool) -> dict[str, Any]:
         if {make}:
             data = torch.ones(32, 1024, 1024)  # 128 MiB
             array = np.ones(8 * 1024 * 1024)  # 64 MiB
-            frame = pd.DataFrame(np.ones((2 * 1024 * 1024, 4)))  # 64 MiB
+            frame = _FRAME(np.ones((2 * 1024 * 1024, 4)))  # 64 MiB
         sys.path.insert(0, {str(tmp_path)!r})
         import imported_late
         captured = torch.arange(1 << 20)  # 8 MiB, through shared memory
@@ -98,6 +96,7 @@ def _freed(tmp_path: Path, make: bool) -> dict[str, Any]:
         report(out=out, zygote=private(zygote), idle=[private(p) for p in idle],
                pss=pss([zygote, *idle]))
     """)
+    )
     return _run(code, tmp_path)
 
 
@@ -175,17 +174,17 @@ def test_in_a_real_kernel_a_freed_tensor_array_and_frame_are_given_back(tmp_path
     with kernelspec.selected(tmp_path / "jupyter"):
         cells = kernelspec.run_cells(
             [
-                _PRIVATE + _RESIDENT,
-                "import gc\nimport numpy as np, pandas as pd, torch\n"
+                _PRIVATE + _RESIDENT + _FRAMES,
+                "import gc\nimport numpy as np, torch\n"
                 "from notebook_accel import notebook_launcher\n"
                 "from notebook_accel.launch.local import forkserver as warm\n"
                 "from notebook_accel.launch.local.idle import idle_pool\n"
                 "warm._early.join()",
                 "data = torch.ones(32, 1024, 1024)\n"
                 "array = np.ones(8 * 1024 * 1024)\n"
-                "frame = pd.DataFrame(np.ones((2 * 1024 * 1024, 4)))\n"
+                "frame = _FRAME(np.ones((2 * 1024 * 1024, 4)))\n"
                 "places = [(data.data_ptr(), data.nbytes), (array.ctypes.data, array.nbytes),\n"
-                "          (frame.values.ctypes.data, frame.values.nbytes)]\n"
+                "          (_values(frame).ctypes.data, _values(frame).nbytes)]\n"
                 "data",
                 f"sys.path.insert(0, {str(tmp_path)!r})\nimport imported_late",
                 "out = notebook_launcher(lambda: float(data[0, 0, :4].sum()), num_processes=2,"
@@ -209,6 +208,19 @@ def test_in_a_real_kernel_a_freed_tensor_array_and_frame_are_given_back(tmp_path
     assert len(held) == 3 and all(h <= 3 * 2 * mmap.PAGESIZE for h in held), held
     assert after - before < 16 * MiB, (before, after)
     assert ends(zygote)  # the kernel was shut down: nothing left
+
+
+# A pandas frame where pandas is installed (the matrix's notebook environments may lack it),
+# else the array itself.
+_FRAMES = textwrap.dedent("""
+    try:
+        from pandas import DataFrame as _FRAME
+    except ImportError:
+        _FRAME = lambda array: array
+
+    def _values(frame):
+        return getattr(frame, "values", frame)
+""")
 
 
 # Read by the kernel: the resident bytes a process has in the address ranges ``places``.

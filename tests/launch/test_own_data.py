@@ -237,3 +237,71 @@ _RESIDENT = textwrap.dedent("""
                     total += int(line.split()[1]) * 1024
         return total
 """)
+
+
+# -- what is found, in a namespace of the test's (no process started) -------------------------
+
+
+def _owners(namespace: dict[str, Any], budget: int = 50_000) -> list[str]:
+    """The names in ``namespace`` whose objects own_data leaves out of the fork."""
+    from notebook_accel.launch.local import own_data
+
+    found = own_data.found_in([namespace], set(), budget)
+    ids = {id(owner) for owner in found.owners}
+    return sorted(name for name, value in namespace.items() if id(value) in ids)
+
+
+def test_only_what_the_namespace_alone_reaches_is_found() -> None:
+    import types
+    import weakref
+
+    import numpy as np
+    import torch
+
+    module = types.ModuleType("a_module_of_the_test")
+    module.TABLE = torch.ones(1 << 18)  # 1 MiB
+    sys.modules[module.__name__] = module
+    try:
+        ns: dict[str, Any] = {
+            "data": torch.ones(1 << 18),  # found, with its view
+            "array": np.ones(1 << 17),  # found
+            "small": torch.ones(10),  # too small
+            "shared": module.TABLE,  # a module's
+            "saved": torch.ones(1 << 18, requires_grad=True),  # autograd holds it: sin saves
+            # its input
+            "weak": torch.ones(1 << 18),  # a weak reference from outside
+            "mine": torch.ones(1 << 18),  # a weak reference from inside only
+        }
+        ns["view"] = ns["data"][1:]
+        ns["y"] = ns["saved"].sin()
+        outside = weakref.WeakValueDictionary({"w": ns["weak"]})
+        ns["cache"] = weakref.WeakValueDictionary({"m": ns["mine"]})
+        assert _owners(ns) == ["array", "data", "mine", "view", "y"]
+        assert len(outside) == 1
+    finally:
+        del sys.modules[module.__name__]
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    import torch
+
+    chain: dict[str, Any] = {"data": torch.ones(1 << 18)}
+    for _ in range(depth - 1):
+        chain = {"next": chain}
+    return chain
+
+
+def test_what_is_not_read_stays_in_the_fork() -> None:
+    import torch
+
+    from notebook_accel.launch.local import own_data
+
+    namespace = {"chain": _nested(7)}  # the tensor: held by the namespace alone
+    found = own_data.found_in([namespace], set())
+    assert len(found.owners) == 1 and found.complete
+    found = own_data.found_in([namespace], set(), budget=3)
+    assert found.owners == [] and not found.complete  # the budget ran out first
+    namespace = {"wide": [torch.ones(1 << 18)] + [0] * (1 << 14)}  # a container too wide
+    assert own_data.found_in([namespace], set()).owners == []
+    namespace = {"narrow": [torch.ones(1 << 18)] + [0] * 100}
+    assert len(own_data.found_in([namespace], set()).owners) == 1

@@ -31,8 +31,9 @@ a worker calls it there; a large buffer it reads by name is not in the worker (S
 WorkerDiedError). ``NOTEBOOK_ACCEL_FORK_NOTEBOOK_DATA=1`` forks everything, as before.
 
 Not found, and so held by the zygote as before: other kinds of buffers (bytes, Arrow's),
-gradients (torch keeps ``.grad`` in C++), what is inside a container of more than 65536
-items or beyond 200,000 objects, small objects, the interpreter's arenas.
+gradients (torch keeps ``.grad`` in C++), what is inside a container of more than 16384
+items or beyond 50,000 objects (or 0.1 s) from the namespace, small objects, the
+interpreter's arenas.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ import bisect
 import contextlib
 import ctypes
 import gc
+import itertools
 import mmap
+import operator
 import sys
+import time
 import types
 import weakref
 from collections import Counter, deque
@@ -53,11 +57,15 @@ from typing import Any
 from ... import env
 from ...private import torch as private_torch
 
-__all__ = ["Found", "left_out", "own_buffers", "reserve"]
+__all__ = ["Found", "found_in", "left_out", "own_buffers", "reserve"]
 
 MIN_BYTES = 1 << 20  # smaller buffers stay in the fork: their pages may hold other objects
-_BUDGET = 200_000  # objects looked at, at most (~60 ms): beyond, what is unseen stays forked
-_WIDE = 1 << 16  # a container holding more is not read (its items count as held from outside)
+# At most: objects looked at, references read (per object), seconds (the cell's end waits);
+# beyond, what is unseen stays in the fork. A BERT-base with its optimizer: 5,000 objects.
+_BUDGET = 50_000
+_SCANS = 10
+_SECONDS = 0.1
+_WIDE = 1 << 14  # a container holding more is not read (its items count as held from outside)
 _PAGE = mmap.PAGESIZE
 _MADV_DONTFORK = 10
 _MADV_DOFORK = 11
@@ -72,7 +80,7 @@ _ATOMS = frozenset(
     | {types.GetSetDescriptorType, types.MemberDescriptorType}
 )
 _CONTAINERS = (list, tuple, dict, set, frozenset)
-_OTHER, _ARRAY, _TENSOR = 0, 1, 2
+_ATOM, _ARRAY, _TENSOR = "atom", "array", "tensor"
 
 # Set in the caller while a zygote is forked: the ranges its fork leaves out (reserve).
 _leaving: list[tuple[int, int]] = []
@@ -160,16 +168,6 @@ def _type_of(module: str, name: str) -> type | None:
     return found if isinstance(found, type) else None
 
 
-def _wide(obj: Any) -> bool:
-    if not isinstance(obj, _CONTAINERS):
-        return False
-    for kind in _CONTAINERS:
-        if isinstance(obj, kind):
-            size: Any = kind.__len__  # the C size: never a subclass's own __len__
-            return bool(size(obj) > _WIDE)
-    return False  # pragma: no cover
-
-
 class _Graph:
     """The objects reached from the roots, a level at a time (gc.get_referents of a level in
     one call), and how many references each got from those read."""
@@ -180,73 +178,99 @@ class _Graph:
         self.read: set[int] = set()  # whose references were counted
         self.inside: Counter[int] = Counter()
         self.views: Counter[int] = Counter()  # a tensor -> its views found
+        self.arrays: set[int] = set()  # the numpy arrays and torch tensors seen
+        self.tensors: set[int] = set()
         self.complete = True
+        self.scanned = 0  # references read
         self.ndarray = _type_of("numpy", "ndarray")
         self.tensor = _type_of("torch", "Tensor")
-        self._kinds: dict[type, int] = {}
+        self._kinds: dict[type, Any] = {}  # a class -> _ATOM, _ARRAY, _TENSOR, its container
+        self._atoms: set[type] = set(_ATOMS)
         self._skip = skip | {id(getattr(m, "__dict__", None)) for m in list(sys.modules.values())}
         self._walk(list(roots), budget)
 
     def _walk(self, level: list[Any], budget: int) -> None:
+        deadline = time.monotonic() + _SECONDS
         while level:
-            if len(self.seen) > budget:
+            room = budget - len(self.seen)
+            if room < 0 or self.scanned > budget * _SCANS or time.monotonic() > deadline:
                 self.complete = False
                 return
-            level = [obj for obj in level if not _wide(obj)]
+            level = self._readable(level)
             self.read.update(map(id, level))
             counted, bases = self._links(level)
-            self.inside.update(map(id, counted))
+            ids = list(map(id, counted))
+            self.inside.update(ids)
             self.views.update(map(id, bases))
-            fresh = {id(obj): obj for obj in counted + bases if id(obj) not in self.seen}
-            self.seen.update(fresh)
+            seen = self.seen
+            fresh = {key: obj for key, obj in zip(ids, counted, strict=True) if key not in seen}
+            fresh.update((id(base), base) for base in bases if id(base) not in seen)
+            if len(fresh) > room:  # the rest is never read: it stays in the fork
+                fresh = dict(itertools.islice(fresh.items(), room + 1))
+            seen.update(fresh)
             level = list(fresh.values())
+
+    def _readable(self, level: list[Any]) -> list[Any]:
+        """``level`` but the containers too wide to read (what they hold counts as held from
+        outside); the numpy arrays and torch tensors among it noted."""
+        kinds = {cls: self._kind(cls) for cls in set(map(type, level))}
+        special = {cls: kind for cls, kind in kinds.items() if kind is _ARRAY or kind is _TENSOR}
+        for obj in level if special else ():
+            kind = special.get(type(obj))
+            if kind is not None:
+                (self.arrays if kind is _ARRAY else self.tensors).add(id(obj))
+        sized = {cls: kind for cls, kind in kinds.items() if kind in _CONTAINERS}
+        if not sized:
+            return level
+        # The built-in container's size (C's): never a subclass's own __len__.
+        return [o for o in level if type(o) not in sized or sized[type(o)].__len__(o) <= _WIDE]
 
     def _links(self, level: list[Any]) -> tuple[list[Any], list[Any]]:
         """What ``level`` refers to, but atoms and skipped ones: gc's view, with a numpy view's
         base (a reference numpy does not show gc); and apart, torch views' bases (held by
         C++, not by a reference)."""
         found = gc.get_referents(*level)
+        self.scanned += len(found)
         bases = []
         for obj in level:
-            kind = self._kind(type(obj))
-            if kind == _ARRAY and obj.base is not None:
+            if id(obj) in self.arrays and obj.base is not None:
                 found.append(obj.base)
-            elif kind == _TENSOR:
+            elif id(obj) in self.tensors:
                 base = _tensor_base(obj)
                 if base is not None:
                     bases.append(base)
-        skip = self._skip
-        counted = [
-            obj
-            for obj in found
-            if type(obj) not in _ATOMS
-            and not isinstance(obj, (type, types.ModuleType))
-            and id(obj) not in skip
-        ]
-        return counted, bases
+        atoms, skip = self._atoms, self._skip
+        for cls in set(map(type, found)) - atoms:
+            if self._kind(cls) is _ATOM:
+                atoms.add(cls)
+        return [obj for obj in found if type(obj) not in atoms and id(obj) not in skip], bases
 
-    def _kind(self, cls: type) -> int:
-        kind = self._kinds.get(cls)
-        if kind is None:
-            kind = _OTHER
-            if self.ndarray is not None and issubclass(cls, self.ndarray):
-                kind = _ARRAY
+    def _kind(self, cls: type) -> Any:
+        """_ATOM (a class, a module: never walked), _ARRAY, _TENSOR, the built-in container
+        ``cls`` is one of, or None."""
+        if cls not in self._kinds:
+            found: Any = None
+            if issubclass(cls, (type, types.ModuleType)) or cls in _ATOMS:
+                found = _ATOM
+            elif self.ndarray is not None and issubclass(cls, self.ndarray):
+                found = _ARRAY
             elif self.tensor is not None and issubclass(cls, self.tensor):
-                kind = _TENSOR
-            self._kinds[cls] = kind
-        return kind
+                found = _TENSOR
+            else:
+                found = next((c for c in _CONTAINERS if issubclass(cls, c)), None)
+            self._kinds[cls] = found
+        return self._kinds[cls]
 
     def kept(self) -> set[int]:
         """The ids of what a worker might reach: what anything outside refers to, or was not
         read, and all it reaches."""
-        outside = list(self._outside())
-        outside.extend(key for key in self.seen if key not in self.read)
-        kept = set(outside)
+        outside = self._outside()
+        kept = set(outside) | (self.seen.keys() - self.read)
         waiting = deque(outside)
         while waiting:
             key = waiting.popleft()
             if key not in self.read:
-                continue
+                continue  # never read: what it refers to was never counted either
             counted, bases = self._links([self.seen[key]])
             for kid in counted + bases:
                 if id(kid) in self.seen and id(kid) not in kept:
@@ -254,21 +278,25 @@ class _Graph:
                     waiting.append(id(kid))
         return kept
 
-    def _outside(self) -> Iterator[int]:
+    def _outside(self) -> list[int]:
         """Those referred to from outside: more references than found (gc's count, the
         interpreter's), a weak reference from outside, C++ holders of a tensor."""
         keys = list(self.seen)
-        counts = list(map(sys.getrefcount, self.seen.values()))
-        weak = list(map(weakref.getweakrefcount, self.seen.values()))
-        for key, count, weakrefs in zip(keys, counts, weak, strict=True):
+        counts = map(sys.getrefcount, self.seen.values())
+        extra = map(operator.sub, counts, map(self.inside.__getitem__, keys))
+        weak = map(weakref.getweakrefcount, self.seen.values())
+        flagged = [k for k, more, w in zip(keys, extra, weak, strict=True) if more > _OURS or w]
+        outside = []
+        for key in set(flagged) | self.tensors:
+            more = _references(self.seen, key) - _ONE - self.inside[key]
+            obj = self.seen[key]
+            if key in self.tensors:
+                more = self._tensor_extra(key, obj, more)
             if key in self.roots:
                 continue
-            extra = count - _OURS - self.inside[key]
-            obj = self.seen[key]
-            if self._kind(type(obj)) == _TENSOR:
-                extra = self._tensor_extra(key, obj, extra)
-            if extra > 0 or (weakrefs and not self._weakly_inside(obj)):
-                yield key
+            if more > 0 or not self._weakly_inside(obj):
+                outside.append(key)
+        return outside
 
     def _tensor_extra(self, key: int, tensor: Any, extra: int) -> int:
         """A tensor that C++ also holds is held once more from Python (by its TensorImpl):
@@ -286,12 +314,19 @@ class _Graph:
 
 def _calibrate() -> int:
     # The references getrefcount sees from ``_outside``'s map over a dict's values (the
-    # dict's, the argument's): measured, as interpreters count their own differently.
+    # dict's, the argument's): measured, as interpreters count their own differently (3.14
+    # borrows where it can).
     probe = {0: object()}
     return next(map(sys.getrefcount, probe.values()))
 
 
+def _references(seen: dict[int, Any], key: int) -> int:
+    obj = seen[key]
+    return sys.getrefcount(obj)
+
+
 _OURS = _calibrate()
+_ONE = _references({0: object()}, 0)  # ``_references``'s own, measured the same way
 
 
 def _tensor_base(tensor: Any) -> Any:
@@ -311,9 +346,8 @@ def _tensor_buffers(graph: _Graph, kept: set[int]) -> tuple[list[tuple[int, int]
     if graph.tensor is None or torch is None:
         return [], []
     by_storage: dict[int, list[tuple[int, Any]]] = {}
-    for key, obj in graph.seen.items():
-        if graph._kind(type(obj)) != _TENSOR:
-            continue
+    for key in graph.tensors:
+        obj = graph.seen[key]
         with contextlib.suppress(Exception):
             if obj.device.type != "cpu" or obj.layout is not torch.strided:
                 continue
@@ -340,9 +374,8 @@ def _array_buffers(graph: _Graph, kept: set[int]) -> tuple[list[tuple[int, int]]
         return [], []
     buffers: list[tuple[int, int]] = []
     owners: list[Any] = []
-    for key, obj in graph.seen.items():
-        if key in kept or graph._kind(type(obj)) != _ARRAY:
-            continue
+    for key in graph.arrays - kept:
+        obj = graph.seen[key]
         with contextlib.suppress(Exception):
             if obj.flags.owndata and obj.nbytes >= MIN_BYTES:
                 buffers.append((obj.__array_interface__["data"][0], obj.nbytes))
@@ -409,6 +442,11 @@ def own_buffers(budget: int = _BUDGET) -> Found:
         4190208
     """
     roots, skip = _roots()
+    return found_in(roots, skip, budget)
+
+
+def found_in(roots: list[dict[str, Any]], skip: set[int], budget: int = _BUDGET) -> Found:
+    """``own_buffers`` of the namespaces ``roots`` (the ids in ``skip`` not walked)."""
     if not roots:
         return Found()
     graph = _Graph(roots, skip, budget)

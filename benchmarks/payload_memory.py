@@ -39,6 +39,7 @@ its own data was left out of the zygote, and accelerate's, each row in a fresh k
     python benchmarks/payload_memory.py            # needs `pip install accelerate`, ~8 GiB
     python benchmarks/payload_memory.py --result   # the 1 GiB return alone
     python benchmarks/payload_memory.py --kernel   # the kernel rows alone (up to 16 GiB)
+    python benchmarks/payload_memory.py --kernel --held 0,8   # renewals at 0 and 8 GiB
     python benchmarks/payload_memory.py --where    # where the 1 GiB return's seconds go
 """
 
@@ -396,8 +397,9 @@ def _room(size: int) -> bool:
     return _kernel.psutil.virtual_memory().available >= (size + 3) * GiB
 
 
-def kernel_rows() -> list[tuple[str, str, str, str]]:
-    """The kernel rows: (what, ours, ours before (forked whole), accelerate)."""
+def kernel_rows(sizes: tuple[int, ...] = (0, 8, 16)) -> list[tuple[str, str, str, str]]:
+    """The kernel rows: (what, ours, ours before (forked whole), accelerate); the renewal's
+    cost at ``sizes`` GiB held."""
     rows: list[tuple[str, str, str, str]] = []
     for kind in ("tensor", "numpy", "pandas", "objects"):
         size = 1 if kind == "objects" else 4 if _room(4) else 2
@@ -433,7 +435,7 @@ def kernel_rows() -> list[tuple[str, str, str, str]]:
                 *(_cell(captured[w][key], "s") for w in VARIANTS),
             )
         )
-    for held in (0, 8, 16):
+    for held in sizes:
         if not _room(held):
             rows.append((f"renewal at {held} GiB held: not measured", "", "", ""))
             continue
@@ -533,9 +535,17 @@ def where(held: int) -> dict[str, float]:
     return {label: statistics.median(times[n]) for n, (_, _, label) in enumerate(_PHASES)}
 
 
+def _sizes() -> tuple[int, ...]:
+    """``--held 0,8``: the renewal rows' sizes (GiB held; default 0, 8 and 16)."""
+    args = sys.argv[1:]
+    if "--held" in args:
+        return tuple(int(n) for n in args[args.index("--held") + 1].split(","))
+    return (0, 8, 16)
+
+
 def report_kernel() -> None:
     """``--kernel``: the kernel rows alone."""
-    rows = kernel_rows()
+    rows = kernel_rows(_sizes())
     load = os.getloadavg()[0]
     print(f"in a real Jupyter kernel, 2 CPU processes (load {load:.1f})")
     print(f"{'':46}{'ours':>16}{'ours before':>16}{'accelerate':>12}")

@@ -49,7 +49,7 @@ import sys
 import time
 import types
 import weakref
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -264,18 +264,14 @@ class _Graph:
     def kept(self) -> set[int]:
         """The ids of what a worker might reach: what anything outside refers to, or was not
         read, and all it reaches."""
-        outside = self._outside()
-        kept = set(outside) | (self.seen.keys() - self.read)
-        waiting = deque(outside)
-        while waiting:
-            key = waiting.popleft()
-            if key not in self.read:
-                continue  # never read: what it refers to was never counted either
-            counted, bases = self._links([self.seen[key]])
-            for kid in counted + bases:
-                if id(kid) in self.seen and id(kid) not in kept:
-                    kept.add(id(kid))
-                    waiting.append(id(kid))
+        level = self._outside()
+        kept = set(level) | (self.seen.keys() - self.read)
+        while level:  # a level at a time, as they were read
+            # Never read: what it refers to was never counted either.
+            counted, bases = self._links([self.seen[key] for key in level if key in self.read])
+            fresh = {id(kid) for kid in counted + bases} & self.seen.keys()
+            level = list(fresh - kept)
+            kept.update(level)
         return kept
 
     def _outside(self) -> list[int]:

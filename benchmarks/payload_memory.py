@@ -548,9 +548,9 @@ def report_kernel() -> None:
     rows = kernel_rows(_sizes())
     load = os.getloadavg()[0]
     print(f"in a real Jupyter kernel, 2 CPU processes (load {load:.1f})")
-    print(f"{'':46}{'ours':>16}{'ours before':>16}{'accelerate':>12}")
+    print(f"{'':50}{'ours':>20}{'ours before':>20}{'accelerate':>12}")
     for name, *cells in rows:
-        print(f"{name:46}{cells[0]:>16}{cells[1]:>16}{cells[2]:>12}")
+        print(f"{name:50}{cells[0]:>20}{cells[1]:>20}{cells[2]:>12}")
     print(
         "'ours before': the zygote a fork of the whole kernel, its data too "
         "(NOTEBOOK_ACCEL_FORK_NOTEBOOK_DATA=1)\n"

@@ -66,6 +66,10 @@ __all__ = [
     "STORE_KEY_VARIABLE",
     "NO_WARMUP_VARIABLE",
     "warmup_disabled",
+    "CGROUP_VARIABLE",
+    "cgroup_folder",
+    "FORK_NOTEBOOK_DATA_VARIABLE",
+    "fork_notebook_data",
     "launch_variables",
     "loopback_interface",
     "slurm_tasks_on_node",
@@ -197,6 +201,29 @@ NO_WARMUP_VARIABLE = _PREFIX + "NO_WARMUP"
 def warmup_disabled() -> bool:
     """``NOTEBOOK_ACCEL_NO_WARMUP`` asks the launcher not to start its forkserver early."""
     return os.environ.get(NO_WARMUP_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# The folder of this process's memory cgroup, where /proc does not lead to it (memory_probe.py).
+CGROUP_VARIABLE = _PREFIX + "CGROUP"
+
+
+def cgroup_folder() -> Path | None:
+    """``NOTEBOOK_ACCEL_CGROUP``: the memory cgroup folder whose limit this process is under
+    (its ``memory.max`` or ``memory.limit_in_bytes``), in place of the one /proc names."""
+    value = os.environ.get(CGROUP_VARIABLE, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+# Set (1, true, yes) to have the forkserver keep the notebook's large buffers, as a plain fork
+# of it would (launch/local/own_data.py leaves them out of its fork otherwise).
+FORK_NOTEBOOK_DATA_VARIABLE = _PREFIX + "FORK_NOTEBOOK_DATA"
+
+
+def fork_notebook_data() -> bool:
+    """``NOTEBOOK_ACCEL_FORK_NOTEBOOK_DATA``: the zygote is a fork of all of the notebook's
+    memory, its own large buffers included (they then stay held until the next renewal)."""
+    value = os.environ.get(FORK_NOTEBOOK_DATA_VARIABLE, "").strip().lower()
+    return value in ("1", "true", "yes", "on")
 
 
 def _get(name: str, default: str | None = None) -> str | None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from notebook_accel.big_model.tensors import compute_module_sizes, convert_file_size_to_int
 from notebook_accel.errors import ConfigError
+from notebook_accel.memory_probe import available_memory
 
 if TYPE_CHECKING:
     import torch
@@ -23,20 +24,13 @@ _log = logging.getLogger(__name__)
 _PLACES = ("mps", "cpu", "disk")
 
 
-def _available_ram() -> int:
-    with open("/proc/meminfo") as info:  # psutil's figure, without psutil
-        for line in info:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("/proc/meminfo has no MemAvailable")  # pragma: no cover
-
-
 def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> Budgets:
     """Bytes each device may hold, GPUs first: ``max_memory`` read, or what is free now.
 
     Args:
         max_memory: device -> bytes or a size string (``{0: "10GiB", "cpu": "30GB"}``).
-            ``None``: the free memory of every visible GPU and the available RAM.
+            ``None``: the free memory of every visible GPU and the available memory (the
+            container's, where its cgroup limit leaves less than the machine has).
 
     Example:
         >>> get_max_memory({"cpu": "1GB", 0: 100})
@@ -50,9 +44,9 @@ def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> Budg
             for index in range(torch.cuda.device_count()):
                 found[index] = torch.cuda.mem_get_info(index)[0]
         if torch.backends.mps.is_available():
-            found["mps"] = _available_ram()  # MPS shares the host's RAM: no second budget
+            found["mps"] = available_memory()  # MPS shares the host's RAM: no second budget
         else:
-            found["cpu"] = _available_ram()
+            found["cpu"] = available_memory()  # the container's limit where it is lower
         return found
     budgets = {key: convert_file_size_to_int(value) for key, value in max_memory.items()}
     unknown = [key for key in budgets if not isinstance(key, int) and key not in _PLACES]

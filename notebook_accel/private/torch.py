@@ -18,6 +18,11 @@ None/False, and the caller takes the public route). Every name was read in torch
     untyped_storage                TypedStorage._untyped_storage    untyped(), warning quiet
     tensor_version                 Tensor._version                  None: compared by bytes
                                                                     (CPU), copied again (CUDA)
+    view_base                      Tensor._base                     None: the view is taken
+                                                                    for a base of its own
+    storage_use_count              _C._storage_Use_Count,           None: the storage stays
+                                   UntypedStorage._cdata            in the zygote's fork
+    tensor_use_count               Tensor._use_count                None: the same
     sampler_num_samples            RandomSampler._num_samples       its public num_samples
     scheduler_step_count           LRScheduler._step_count          last_epoch + 1
     nvml_device_count              torch.cuda._device_count_nvml    device_count() in a child
@@ -65,8 +70,11 @@ __all__ = [
     "sampler_num_samples",
     "scheduler_step_count",
     "set_children",
+    "storage_use_count",
+    "tensor_use_count",
     "tensor_version",
     "untyped_storage",
+    "view_base",
     "world_group",
 ]
 
@@ -199,6 +207,17 @@ def non_persistent_buffers(module: Any) -> set[str]:
     return {name for name, _ in module.named_buffers(recurse=False) if name not in saved}
 
 
+def view_base(tensor: Any) -> Any:
+    """The tensor ``tensor`` is a view of, or None (not a view, or a torch without it).
+
+    Relies on ``torch.Tensor._base``.
+    """
+    try:
+        return tensor._base
+    except Exception:
+        return None
+
+
 def set_children(module: Any, mapping: dict[str, Any]) -> None:
     """Replace a (copied) module's children at once (where ``children`` gave them).
 
@@ -232,6 +251,37 @@ def tensor_version(tensor: Any) -> int | None:
     """
     version = getattr(tensor, "_version", None)
     return version if isinstance(version, int) else None
+
+
+def storage_use_count(storage: Any) -> int | None:
+    """How many hold a storage: its tensors (each one, whatever its Python references) and
+    the Python storage objects alive, ``storage`` included; None where torch does not say
+    (own_data.py then leaves the storage in the zygote's fork).
+
+    Relies on ``torch._C._storage_Use_Count(UntypedStorage._cdata)`` (the StorageImpl's
+    reference count).
+    """
+    import torch
+
+    count = getattr(torch._C, "_storage_Use_Count", None)
+    pointer = getattr(storage, "_cdata", None)
+    if not callable(count) or not isinstance(pointer, int):
+        return None
+    found = count(pointer)
+    return found if isinstance(found, int) else None
+
+
+def tensor_use_count(tensor: Any) -> int | None:
+    """How many hold a tensor in C++ (its Python object counts once; a view holds its base,
+    autograd its saved tensors); None where torch does not say.
+
+    Relies on ``torch.Tensor._use_count`` (the TensorImpl's reference count).
+    """
+    count = getattr(tensor, "_use_count", None)
+    if not callable(count):
+        return None
+    found = count()
+    return found if isinstance(found, int) else None
 
 
 _MISSING = object()

@@ -49,6 +49,7 @@ from typing import Any, NoReturn
 
 from ... import env
 from ...private import cpython
+from . import own_data
 from .idle import idle_pool, main_has_file
 
 __all__ = ["context", "main_hidden", "renew", "stale", "starting", "warm_up", "warm_up_early"]
@@ -329,9 +330,10 @@ def _start_zygote(replace: bool = False) -> bool:
                 os.write(key_w, key)  # a pipe's buffer holds it: the zygote reads it later
                 os.close(key_w)
             alive_r, alive_w = os.pipe()
-            pid = _fork_from_a_fresh_thread(
-                lambda: _zygote(listener.fileno(), alive_r, alive_w, key_r)
-            )
+            with own_data.left_out():  # the notebook's own large buffers stay here
+                pid = _fork_from_a_fresh_thread(
+                    lambda: _zygote(listener.fileno(), alive_r, alive_w, key_r)
+                )
             os.close(alive_r)
         finally:
             listener.close()
@@ -441,6 +443,7 @@ def _zygote(listener: int, alive_r: int, alive_w: int, key_r: int | None) -> NoR
         # The notebook's objects are never collected here: a socket's finalizer would close
         # an fd number that is someone else's now.
         gc.freeze()
+        own_data.reserve()
         os.close(alive_w)
         _blank_inherited_fds(keep={0, 1, 2, listener, alive_r, key_r})
         shm = sys.modules.get("notebook_accel.launch.wire.shm")

@@ -45,6 +45,7 @@ from typing import Any
 
 from ...errors import ConfigError, SharedMemoryError
 from ...hardware import usable_cores
+from ...memory_probe import available_memory, total_memory
 from ...private import cpython
 from .pickling import Outgoing, address
 from .transport import Shipment, Transport
@@ -142,38 +143,6 @@ def _punch(fd: int, offset: int, length: int) -> None:
         return  # the memory is freed when the whole segment ends
     fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     fallocate(fd, _PUNCH_HOLE, offset, length)
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as file:
-            text = file.read().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def total_memory() -> int:
-    """This machine's memory, or the container's limit (cgroup v2) when lower."""
-    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    limit = _read_int("/sys/fs/cgroup/memory.max")
-    return min(total, limit) if limit else total
-
-
-def available_memory() -> int:
-    """Memory that can be taken without swapping or the OOM killer (meminfo, cgroup)."""
-    available = None
-    with contextlib.suppress(OSError), open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-    if available is None:
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    limit = _read_int("/sys/fs/cgroup/memory.max")
-    used = _read_int("/sys/fs/cgroup/memory.current")
-    if limit and used is not None:
-        available = min(available, limit - used)
-    return max(available, 0)
 
 
 def _need(what: str, nbytes: int) -> None:

@@ -415,6 +415,30 @@ def test_captured_data_larger_than_memory_is_a_clear_error_before_any_worker() -
     _nothing_left()
 
 
+def test_a_container_s_limit_is_shared_memory_s_budget(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The container (a cgroup v2 folder written here) has 8 MiB left of its 1 GiB, whatever
+    # the machine has: a launch capturing 16 MiB is refused before any worker starts.
+    folder = tmp_path / "cgroup"
+    folder.mkdir()
+    (folder / "memory.max").write_text(f"{1 << 30}\n")
+    (folder / "memory.current").write_text(f"{(1 << 30) - 8 * MiB}\n")
+    (folder / "memory.stat").write_text("inactive_file 0\n")
+    monkeypatch.setenv("NOTEBOOK_ACCEL_CGROUP", str(folder))
+    data = np.ones(2 * MiB)  # 16 MiB
+
+    def read() -> float:
+        return float(data[0])
+
+    with pytest.raises(SharedMemoryError) as info:
+        debug_launcher(read, num_processes=2)
+    assert info.value.available == 8 * MiB < info.value.needed
+    assert worker_processes() == []
+    del info
+    _nothing_left()
+
+
 def test_a_result_larger_than_memory_is_a_clear_error() -> None:
     def make() -> np.ndarray:
         return _bigger_than_memory()[0]

@@ -62,8 +62,8 @@ def launch(
         display = display or Display(output=config.output)
         try:
             display.banner(banner(config, plan))
-            backend.prepare(payload, buffers, display)
-            try:
+            try:  # what prepare took is released, however far it got
+                backend.prepare(payload, buffers, display)
                 # timeout= bounds the whole launch, restarts included (not each attempt).
                 deadline = None if config.timeout is None else time.monotonic() + config.timeout
                 return _attempts(config, display, backend, deadline, watch_for_stop(stop, _STOPPED))

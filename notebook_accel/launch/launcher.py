@@ -78,10 +78,22 @@ def launch(
     with UserFrames():  # a rank's error shows its traceback and the caller's, none of ours
         payload, buffers = build(function, args, kwargs, env.snapshot())
         if config.cluster is not None:  # a cluster's ranks run elsewhere (cluster/)
-            return _on_a_cluster(config, payload, buffers, display, stop)
-        return _on_this_machine(
-            config, machine, payload, buffers, display, stop, wait_for_machine_0
+            return _AllNone.of(_on_a_cluster(config, payload, buffers, display, stop))
+        return _AllNone.of(
+            _on_this_machine(config, machine, payload, buffers, display, stop, wait_for_machine_0)
         )
+
+
+class _AllNone(list[Any]):
+    """Every rank's value when each one is None, as a list that a cell shows as nothing (a
+    function that returns nothing: accelerate's launcher returns None, its cell is empty)."""
+
+    @classmethod
+    def of(cls, values: list[Any]) -> list[Any]:
+        return cls(values) if values and all(v is None for v in values) else values
+
+    def _ipython_display_(self) -> None:
+        """IPython shows nothing (``print`` still shows the list)."""
 
 
 def _on_a_cluster(

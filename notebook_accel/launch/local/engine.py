@@ -10,6 +10,7 @@ or Process(target=worker.main).start()  ----->   fork -> worker.main(rank ...)
 loop over selectors:
   stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
   Progress              -> display.progress
+  Displayed             -> display.displayed (what a rank displays, show/rich.py)
   Metrics, Health       -> display.metrics (live chart), display.health (panel rows)
   Result                -> results[rank] (large buffers mapped from shared memory)
   Failure               -> stop the others, re-raise the earliest failure
@@ -36,7 +37,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ...errors import LaunchTimeoutError, WorkerDiedError
-from ...reporting.channel import Failure, Health, Metrics, Progress, Result, receive
+from ...reporting.channel import Displayed, Failure, Health, Metrics, Progress, Result, receive
 from ..plan import Layout, Watch
 from ..rank import worker as worker_module
 from ..show.display import Display
@@ -276,6 +277,8 @@ class Engine:
             self.display.rank_state(rank.rank, "failed")
         elif isinstance(message, Progress):
             self.display.progress(rank.rank, message)
+        elif isinstance(message, Displayed):
+            self.display.displayed(rank.rank, message)
         elif isinstance(message, Metrics):
             self.display.metrics(rank.rank, message)
         elif isinstance(message, Health):

@@ -14,8 +14,9 @@
     an ipywidget                          one line on the rank's stderr: refused
 
 A forked worker has nothing of the kernel's shell (launch/local/forkserver.py clears it: its
-display publisher writes to the kernel's sockets, which a fork must not use), and a fresh
-interpreter never had one. Libraries decide at import or at use whether they run in a notebook
+display publisher writes to the kernel's sockets, which a fork must not use; the zygote first
+prepares this module's shell from it, keeping its formatters), and a fresh interpreter never
+had one. Libraries decide at import or at use whether they run in a notebook
 from ``get_ipython()`` (tqdm.auto, transformers' Trainer, datasets, rich: the shell's class
 name and its ``config`` holding ``IPKernelApp``), then call ``IPython.display``; with this shell
 they take their notebook paths, and what they display reaches the cell as real display
@@ -30,6 +31,8 @@ from __future__ import annotations
 import base64
 import builtins
 import contextlib
+import functools
+import inspect
 import json
 import sys
 from collections.abc import Iterator
@@ -40,9 +43,9 @@ from .. import env
 if TYPE_CHECKING:
     from .channel import Sender
 
-__all__ = ["cell", "inherit", "install", "installed"]
+__all__ = ["cell", "install", "prepare"]
 
-WIDGET = "application/vnd.jupyter.widget-view+json"
+_WIDGET = "application/vnd.jupyter.widget-view+json"
 # Modules whose displays are a progress bar (transformers' Trainer table: NotebookProgressCallback
 # draws on every rank, its text ProgressCallback on the main process only): shown from rank 0
 # only, as a rank's tqdm bars are.
@@ -54,27 +57,26 @@ _REFUSED = (
 )
 
 _shell: Any = None  # this process's shell, once installed
-# What the kernel's shell had, kept by a forked zygote before it cleared it (inherit()): its
-# display formatter (a notebook's registered formatters, matplotlib's figure formats) and its
-# config (InlineBackend's settings).
-_inherited: dict[str, Any] = {}
+# Where its displays go (install): the sender to the parent, the rank.
+_target: dict[str, Any] = {}
+# Made in a forked zygote before it cleared the kernel's shell (prepare()): a rank's shell,
+# ready but not installed (~15 ms each worker would spend), reusing the kernel shell's display
+# formatter (a notebook's registered formatters, matplotlib's figure formats) and config
+# (InlineBackend's settings).
+_prepared: dict[str, Any] = {}
 
 
-def inherit() -> None:
-    """In a fork of a kernel, before its shell is cleared: keep what a rank's shell reuses."""
+def prepare() -> None:
+    """In a fork of a kernel, before its shell is cleared: a rank's shell made from it, for
+    every worker forked from here to install."""
     if "IPython" not in sys.modules:
         return
     from IPython.core.interactiveshell import InteractiveShell
 
     if InteractiveShell.initialized():
         kernel_shell = InteractiveShell.instance()
-        _inherited["formatter"] = getattr(kernel_shell, "display_formatter", None)
-        _inherited["config"] = getattr(kernel_shell, "config", None)
-
-
-def installed() -> bool:
-    """Whether this process has the rank's display shell."""
-    return _shell is not None
+        formatter = getattr(kernel_shell, "display_formatter", None)
+        _prepared["shell"] = _shell_class()(kernel_shell.config, formatter)
 
 
 def install(sender: Sender) -> None:
@@ -85,7 +87,8 @@ def install(sender: Sender) -> None:
         return
     from . import progress
 
-    _shell = _make_shell(sender, env.read_distributed().rank)
+    _target.update(sender=sender, rank=env.read_distributed().rank)
+    _shell = _shell_class().instance()  # the prepared one where there is one
     import IPython.display
 
     builtins.get_ipython = _shell.get_ipython  # type: ignore[attr-defined]
@@ -112,9 +115,11 @@ def cell() -> Iterator[None]:
             shell.events.trigger("post_execute")
 
 
-def _make_shell(sender: Sender, rank: int) -> Any:
-    """The shell: an InteractiveShell (IPython.display asks for one) built light, without
-    the history, magics or prompts a kernel's has."""
+@functools.cache
+def _shell_class() -> Any:
+    """The shell's class: an InteractiveShell (IPython.display asks for one) built light,
+    without the history, magics or prompts a kernel's has; its publisher sends to the parent.
+    (Made once: a zygote's prepared shell and its workers' share it.)"""
     from IPython.core.displaypub import DisplayPublisher
     from IPython.core.events import EventManager, available_events
     from IPython.core.formatters import DisplayFormatter
@@ -134,19 +139,24 @@ def _make_shell(sender: Sender, rank: int) -> Any:
             update: bool = False,
             **kwargs: Any,
         ) -> None:
-            _publish(sender, rank, data, metadata, transient, update)
+            _publish(data, metadata, transient, update)
 
         def clear_output(self, wait: bool = False) -> None:
             from .channel import Displayed
 
-            sender.send(Displayed(clear=True, wait=bool(wait)))
+            _target["sender"].send(Displayed(clear=True, wait=bool(wait)))
 
     # rich tells a notebook by this class name (rich.console._is_jupyter)
     class ZMQInteractiveShell(InteractiveShell):
         """A rank's shell: display, display handles, clear_output, formatters and events."""
 
-        def __init__(self) -> None:
-            config = _inherited.get("config")
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            ready = _prepared.get("shell")  # instance() takes the prepared one
+            return ready if type(ready) is cls else super().__new__(cls, *args, **kwargs)
+
+        def __init__(self, config: Any = None, formatter: Any = None) -> None:
+            if getattr(self, "display_pub", None) is not None:
+                return  # prepared
             if config is None:
                 config = Config()
                 # what tqdm, transformers and datasets read to tell a kernel from a terminal
@@ -156,7 +166,6 @@ def _make_shell(sender: Sender, rank: int) -> Any:
             self.configurables: list[Any] = []
             self.user_ns: dict[str, Any] = {}
             self.kernel = None
-            formatter = _inherited.get("formatter")
             self.display_formatter = formatter or DisplayFormatter(parent=self)
             self.display_pub = RankPublisher(shell=self, parent=self)
 
@@ -175,12 +184,10 @@ def _make_shell(sender: Sender, rank: int) -> Any:
             elif data:
                 print(data["text/plain"])
 
-    return ZMQInteractiveShell.instance()
+    return ZMQInteractiveShell
 
 
 def _publish(
-    sender: Sender,
-    rank: int,
     data: dict[str, Any],
     metadata: dict[str, Any] | None,
     transient: dict[str, Any] | None,
@@ -188,13 +195,13 @@ def _publish(
 ) -> None:
     from .channel import Displayed
 
-    if WIDGET in data:
+    if _WIDGET in data:
         _refuse(data)
         return
-    if rank != 0 and _from_progress_module():
+    if _target["rank"] != 0 and _from_progress_module():
         return
     display_id = (transient or {}).get("display_id")
-    sender.send(
+    _target["sender"].send(
         Displayed(
             data=json.dumps(data, default=_plain),
             metadata=json.dumps(metadata or {}, default=_plain),
@@ -217,13 +224,13 @@ def _refuse(data: dict[str, Any]) -> None:
 
 def _from_progress_module() -> bool:
     """Whether a library's progress machinery (``_PROGRESS_MODULES``) made this display."""
-    frame = sys._getframe(2)
-    for _ in range(40):
+    frame = inspect.currentframe()
+    for _ in range(40):  # the display call is a few frames up; a library's loop not far
         if frame is None:
             return False
         if str(frame.f_globals.get("__name__", "")).startswith(_PROGRESS_MODULES):
             return True
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return False
 
 

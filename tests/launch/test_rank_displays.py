@@ -12,8 +12,11 @@ runs the launches again.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,7 +85,22 @@ def libraries():
         pass
     display(ipywidgets.IntSlider())
     display(ipywidgets.IntSlider())  # one line, not one per widget
+    try:
+        from rich.console import Console
+    except ImportError:
+        return
+    Console().print("[bold]rich text[/bold]")  # rich's notebook rendering: HTML
 notebook_launcher(libraries, num_processes=2)
+"""
+# the launch panel, launched from code: what the ranks displayed, as its Output widget holds it
+PANEL = """\
+import json
+from notebook_accel import LaunchPanel
+panel = LaunchPanel(show, args=("update",))
+panel.processes.value = 2
+panel.launch()
+panel.wait(120)
+json.dumps([output["data"] for output in panel.displays.outputs])
 """
 LAST_VALUES = """\
 %%distributed
@@ -105,6 +123,8 @@ def _launches(fresh: bool) -> dict[str, str]:
                 f"notebook_launcher(show, args=({kind!r},), num_processes=2, output={output!r})"
             )
     cells["libraries"] = LIBRARIES
+    if not fresh:
+        cells["panel"] = PANEL
     return cells
 
 
@@ -301,6 +321,17 @@ def test_a_background_job_draws_its_displays_in_its_own_cell(
     assert "<i>" not in json.dumps(forked[f"result {output}"].outputs)
 
 
+def test_the_panel_shows_what_ranks_display(forked: dict[str, Any]) -> None:
+    cell = forked["panel"]
+    assert not _errors(cell), _errors(cell)
+    [result] = [o for o in cell.outputs if o["output_type"] == "execute_result"]
+    shown = json.loads(ast.literal_eval(result["data"]["text/plain"]))
+    expected = []
+    for rank in (0, 1):  # the panel shows every rank's, each under its caption
+        expected += [_caption(rank), f"<i>second {rank}</i>", f"<i>renamed {rank}</i>"]
+    assert [d if "notebook-accel-rank-mark" in _html(d) else _html(d) for d in shown] == expected
+
+
 def test_a_figure_as_a_distributed_cell_s_last_value(forked: dict[str, Any]) -> None:
     cell = forked["last value"]
     assert not _errors(cell), _errors(cell)
@@ -326,9 +357,27 @@ def test_library_bars_draw_as_notebook_bars_and_widgets_are_refused(
         refused = [line for line in text.splitlines() if "cannot be drawn from a rank" in line]
         assert sorted(line.split("]", 1)[0] for line in refused) == ["[rank 0", "[rank 1"]
         assert all("ipywidget (IntSlider)" in line for line in refused)
+        if importlib.util.find_spec("rich") is not None:
+            html = [_html(o["data"]) for o in cell.outputs if o["output_type"] == "display_data"]
+            assert sum('font-weight: bold">rich text' in h for h in html) == 2, html
 
 
 def test_a_launch_returning_only_none_shows_nothing(forked: dict[str, Any]) -> None:
     cell = forked["all none"]
     assert {o["output_type"] for o in cell.outputs} == {"stream"}  # the banner and lines
     assert "[rank 1] returns None" in json.dumps(cell.outputs)
+
+
+def test_in_a_script_a_rank_s_display_prints_its_text() -> None:
+    """No kernel: no display shell in the ranks; IPython prints what is displayed, as before."""
+    code = (
+        "from IPython.display import HTML, display\n"
+        "from notebook_accel import notebook_launcher\n"
+        "def shows():\n"
+        "    display(HTML('<b>bold</b>'))\n"
+        "notebook_launcher(shows, num_processes=2, hardware='cpu')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("[rank"))
+    assert lines == [f"[rank {r}] <IPython.core.display.HTML object>" for r in (0, 1)]

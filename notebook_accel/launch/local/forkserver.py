@@ -390,18 +390,18 @@ def _as_a_fresh_interpreter() -> None:
     sys.breakpointhook = sys.__breakpointhook__
     sys.unraisablehook = sys.__unraisablehook__
     cpython.forget_running_loop()  # the kernel's event loop is running this cell: not here
+    with contextlib.suppress(Exception):
+        _kernel_inert()
     if "IPython" in sys.modules:  # get_ipython() is None in a worker until its shell
         import builtins
 
         with contextlib.suppress(Exception):
             from IPython.core.interactiveshell import InteractiveShell
 
-            rank_shell.inherit()
+            rank_shell.prepare()  # from the kernel's shell, before it goes
             InteractiveShell.clear_instance()
         for name in ("get_ipython", "display", "__IPYTHON__"):
             builtins.__dict__.pop(name, None)
-    with contextlib.suppress(Exception):
-        _kernel_inert()
 
 
 def _kernel_inert() -> None:
@@ -409,8 +409,8 @@ def _kernel_inert() -> None:
     look for ``Kernel.instance()``; jupyter_client's Session, reached from a fork, logs every
     message it refuses to send), and its own loggers stay quiet. A library's logging, through
     handlers the notebook installed, still reaches the rank's output (_rebind_log_handlers)."""
-    if "ipykernel" not in sys.modules and "traitlets" not in sys.modules:
-        return
+    if "ipykernel" not in sys.modules:
+        return  # not a kernel
     import logging
 
     from traitlets.config import Application

@@ -37,11 +37,12 @@ FRESH = (
     "warm._cuda_initialised = lambda: True\n"
 )
 SETUP = """\
-import os, time
+import logging, os, time
 from pathlib import Path
 import torch
 import tqdm.auto
-{fresh}from notebook_accel import Workers, notebook_launcher
+logging.basicConfig(format="%(levelname)s:%(name)s:%(message)s")  # a handler of the notebook's
+{fresh}from notebook_accel import Workers, debug_launcher, notebook_launcher
 """
 SHOW = """\
 def show(kind):
@@ -75,7 +76,9 @@ def show(kind):
 """
 LIBRARIES = """\
 def libraries():
+    import logging
     import ipywidgets
+    logging.getLogger("a.library").warning("a library's warning")
     from IPython.display import display
     from tqdm.auto import tqdm as auto_bar
     from tqdm.notebook import tqdm as notebook_bar
@@ -125,6 +128,7 @@ def _launches(fresh: bool) -> dict[str, str]:
     cells["libraries"] = LIBRARIES
     if not fresh:
         cells["panel"] = PANEL
+        cells["debug html all"] = "debug_launcher(show, args=('html',))"
     return cells
 
 
@@ -321,6 +325,10 @@ def test_a_background_job_draws_its_displays_in_its_own_cell(
     assert "<i>" not in json.dumps(forked[f"result {output}"].outputs)
 
 
+def test_debug_launcher_shows_what_a_rank_displays(forked: dict[str, Any]) -> None:
+    _check_kind(forked["debug html all"], "html", "all")
+
+
 def test_the_panel_shows_what_ranks_display(forked: dict[str, Any]) -> None:
     cell = forked["panel"]
     assert not _errors(cell), _errors(cell)
@@ -357,6 +365,11 @@ def test_library_bars_draw_as_notebook_bars_and_widgets_are_refused(
         refused = [line for line in text.splitlines() if "cannot be drawn from a rank" in line]
         assert sorted(line.split("]", 1)[0] for line in refused) == ["[rank 0", "[rank 1"]
         assert all("ipywidget (IntSlider)" in line for line in refused)
+        # a library's logging, through the handler the notebook installed (a fork inherits
+        # it, pointed at the rank's stderr; a fresh interpreter has logging's last resort)
+        logged = "WARNING:a.library:" if cells is forked else ""
+        for rank in (0, 1):
+            assert f"[rank {rank}] {logged}a library's warning" in text.splitlines(), text
         if importlib.util.find_spec("rich") is not None:
             html = [_html(o["data"]) for o in cell.outputs if o["output_type"] == "display_data"]
             assert sum('font-weight: bold">rich text' in h for h in html) == 2, html

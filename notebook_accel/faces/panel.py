@@ -6,7 +6,7 @@
                                           stop=event)
                   banner / lines / progress  -->  rank rows, log, bars in the panel
                   Accelerator.log rows       -->  the live chart (launch/show/charts.py), .metrics
-                  what the ranks display     -->  the panel's Output widget (show/rich.py)
+                  what the ranks display     -->  the panel's displays area (show/rich.py)
                   each rank's health (~1/s)  -->  memory and steps/s in its row; quiet: flagged
                   results or exception       -->  panel.results / panel.error, shown plainly
     Stop    --> event.set(): the launcher stops every worker as for a KeyboardInterrupt
@@ -122,8 +122,10 @@ class LaunchPanel(w.VBox):
         self.chart = w.Image(format="png", layout=w.Layout(display="none", max_width="100%"))
         self.chart.add_class("notebook-accel-chart")
         self.chart_line = w.HTML()
-        # what the ranks display (show/rich.py): their outputs, each under its rank's caption
-        self.displays = w.Output()
+        # what the ranks display (show/rich.py), each under its rank's caption, as HTML (images
+        # inline): an Output widget would be drawn whole, but Colab's widget protocol in the
+        # classic page (widgetsnbextension 3.6) cannot create one, nor the panel around it
+        self.displays = w.HTML()
         self.displays.add_class("notebook-accel-displays")
         self._display: _PanelDisplay | None = None
         self.output_area = w.HTML()
@@ -319,7 +321,7 @@ class LaunchPanel(w.VBox):
         self.bars.children = ()
         self.chart.layout.display = "none"
         self.chart_line.value = ""
-        self.displays.outputs = ()
+        self.displays.value = ""
         display = _PanelDisplay(self, processes)
         self._display = display
         self._set_running(True)
@@ -473,9 +475,9 @@ class _PanelDisplay(Display):
         return bar
 
     def draw_displays(self, changed: list[tuple[rich.Slot, bool]]) -> None:
-        """What the ranks display, as the outputs of the panel's Output widget."""
+        """What the ranks display, drawn whole into the panel's displays area."""
         if changed and self.areas is not None:
-            self.panel.displays.outputs = tuple(rich.outputs(self.areas, marked=True))
+            self.panel.displays.value = rich.merged(self.areas, marked=True).get("text/html", "")
 
     # -- [metrics] chart and health --------------------------------------------------------
     def open_chart(self) -> charts.ChartView:

@@ -8,9 +8,9 @@
              displayed it (display_data), changed in place (update_display_data, by an id of
              ours: ranks' ids never meet, nor a later launch's); a cleared slot is blanked,
              and the rank's next display takes its place
-           a finished cell (show/background.py): every rank's displays drawn whole into one
-             display made at submit (``merged``); the panel (faces/panel.py): as outputs of
-             its Output widget (``outputs``)
+           a finished cell (show/background.py), the panel (faces/panel.py): every rank's
+             displays drawn whole (``merged``) into a display made at submit, the panel's
+             HTML area
 
 ``clear_output`` in a rank clears what that rank displayed, not the cell: the banner, the
 other ranks' lines and displays, the bars and the chart stay. ``output="all"`` marks each
@@ -137,8 +137,7 @@ class CellOutputs:
 
 def outputs(areas: Areas, marked: bool) -> list[dict[str, Any]]:
     """Every rank's displays as a notebook's outputs (nbformat's display_data), rank by rank,
-    each rank's under its caption when ``marked``: for a view drawing them whole (the panel's
-    Output widget)."""
+    each rank's under its caption when ``marked``."""
     shown: list[dict[str, Any]] = []
     for rank in areas.ranks():
         slots = [s for s in areas.slots(rank) if s.data is not None]
@@ -154,9 +153,9 @@ def _output(data: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
 
 def merged(areas: Areas, marked: bool) -> dict[str, Any]:
     """Every rank's displays as one mimebundle, to rewrite a display made beforehand (a
-    background job's, in its submitting cell): a lone display as it is, else each one as HTML
-    under the other (images inline), rank by rank, each rank's under its caption when
-    ``marked``."""
+    background job's, in its submitting cell; the panel's area): a lone display as it is, else
+    each one as HTML under the other (images inline), rank by rank, each rank's under its
+    caption when ``marked``."""
     shown = outputs(areas, marked)
     if not shown:
         return dict(_BLANK)

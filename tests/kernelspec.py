@@ -20,11 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
 
-def install(folder: Path) -> dict[str, str]:
-    """Write the spec under ``folder``; returns the environment variables that select it."""
+def install(folder: Path, root: Path = ROOT) -> dict[str, str]:
+    """Write the spec under ``folder``; returns the environment variables that select it.
+
+    ``root``: the checkout the kernel imports (benchmarks compare another commit's)."""
     spec = folder / "kernels" / "python3"
     spec.mkdir(parents=True, exist_ok=True)
-    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(ROOT)) if p)
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(root)) if p)
     (spec / "kernel.json").write_text(
         json.dumps(
             {
@@ -42,9 +44,9 @@ def install(folder: Path) -> dict[str, str]:
 
 
 @contextmanager
-def selected(folder: Path) -> Iterator[None]:
+def selected(folder: Path, root: Path = ROOT) -> Iterator[None]:
     """The spec installed under ``folder`` selected for a block; the old variables after."""
-    values = install(folder)
+    values = install(folder, root)
     old = {key: os.environ.get(key) for key in values}
     os.environ.update(values)
     try:

@@ -103,4 +103,15 @@ def test_notebook_runs(path: Path, kernel_env: None) -> None:
         assert "train: 100%" in shown[1]["text/plain"] and "image/png" in shown[2]
         assert "train" not in json.dumps(meanwhile.outputs)
         assert "kept for this session" in text and "[rank 0] rank 0: 16 batches" in text
+    if path.stem == "09_trainer":
+        # The Trainer's progress table, drawn by rank 0 in the launching cell, updated in
+        # place: one table of the epochs' losses (and one of the final evaluation's metrics).
+        launch = next(c for c in notebook.cells if "notebook_launcher(" in c.source)
+        tables = [
+            o["data"]["text/html"]
+            for o in launch.outputs
+            if "<table" in o.get("data", {}).get("text/html", "")
+        ]
+        assert len(tables) == 2 and "Training Loss" in tables[0], tables
+        assert "message from fork" not in json.dumps(launch.outputs)
     print(f"{path.name}: {time.monotonic() - started:.1f} s")

@@ -6,6 +6,7 @@
                                           stop=event)
                   banner / lines / progress  -->  rank rows, log, bars in the panel
                   Accelerator.log rows       -->  the live chart (launch/show/charts.py), .metrics
+                  what the ranks display     -->  the panel's displays area (show/rich.py)
                   each rank's health (~1/s)  -->  memory and steps/s in its row; quiet: flagged
                   results or exception       -->  panel.results / panel.error, shown plainly
     Stop    --> event.set(): the launcher stops every worker as for a KeyboardInterrupt
@@ -42,7 +43,7 @@ from ..config import LaunchConfig, load_file, options, save_file
 from ..errors import ConfigError, NotebookAccelError, user_text
 from ..launch.local.session import Workers
 from ..launch.plan import plan_for
-from ..launch.show import charts
+from ..launch.show import charts, rich
 from ..launch.show.display import Bar, Display, Sink, meter
 from ..reporting.channel import Health, Progress
 
@@ -122,6 +123,11 @@ class LaunchPanel(w.VBox):
         self.chart = w.Image(format="png", layout=w.Layout(display="none", max_width="100%"))
         self.chart.add_class("notebook-accel-chart")
         self.chart_line = w.HTML()
+        # what the ranks display (show/rich.py), each under its rank's caption, as HTML (images
+        # inline): an Output widget would be drawn whole, but Colab's widget protocol in the
+        # classic page (widgetsnbextension 3.6) cannot create one, nor the panel around it
+        self.displays = w.HTML()
+        self.displays.add_class("notebook-accel-displays")
         self._display: _PanelDisplay | None = None
         self.output_area = w.HTML()
         self.outcome = w.HTML()
@@ -137,6 +143,7 @@ class LaunchPanel(w.VBox):
                 self.bars,
                 self.chart,
                 self.chart_line,
+                self.displays,
                 self.output_area,
                 self.outcome,
             ]
@@ -347,6 +354,7 @@ class LaunchPanel(w.VBox):
         self.bars.children = ()
         self.chart.layout.display = "none"
         self.chart_line.value = ""
+        self.displays.value = ""
         display = _PanelDisplay(self, processes)
         self._display = display
         self._set_running(True)
@@ -547,6 +555,11 @@ class _PanelDisplay(Display):
         self.widget_bars.append(bar)
         self.panel.bars.children = (*self.panel.bars.children, bar.box)
         return bar
+
+    def draw_displays(self, changed: list[tuple[rich.Slot, bool]]) -> None:
+        """What the ranks display, drawn whole into the panel's displays area."""
+        if changed and self.areas is not None:
+            self.panel.displays.value = rich.merged(self.areas, marked=True).get("text/html", "")
 
     # -- [metrics] chart and health --------------------------------------------------------
     def open_chart(self) -> charts.ChartView:

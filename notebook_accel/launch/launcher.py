@@ -66,11 +66,24 @@ def launch(
                 backend.prepare(payload, buffers, display)
                 # timeout= bounds the whole launch, restarts included (not each attempt).
                 deadline = None if config.timeout is None else time.monotonic() + config.timeout
-                return _attempts(config, display, backend, deadline, watch_for_stop(stop, _STOPPED))
+                watch = watch_for_stop(stop, _STOPPED)
+                return _AllNone.of(_attempts(config, display, backend, deadline, watch))
             finally:
                 backend.close(display)
         finally:
             display.close()
+
+
+class _AllNone(list[Any]):
+    """Every rank's value when each one is None, as a list that a cell shows as nothing (a
+    function that returns nothing: accelerate's launcher returns None, its cell is empty)."""
+
+    @classmethod
+    def of(cls, values: list[Any]) -> list[Any]:
+        return cls(values) if values and all(v is None for v in values) else values
+
+    def _ipython_display_(self) -> None:
+        """IPython shows nothing (``print`` still shows the list)."""
 
 
 def _backend(

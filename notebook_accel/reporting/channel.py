@@ -3,6 +3,8 @@
     worker                                   parent
     ------                                   ------
     Progress(bar, n, total, desc, ...)  -->  display: draw/update a bar
+    Displayed(data, metadata, display_id, -->  display: the rank's display(), update_display,
+              update, clear, wait)               clear_output (show/rich.py), in the cell
     Metrics(rows)   (rank 0's log() calls,  -->  display: the live chart (launch/show/charts.py)
                      batched, ~4/s at most)
     Health(rss, gpu, steps)  (~1/s)         -->  the panel's rank rows
@@ -12,15 +14,17 @@
             exception, time)
 
 Output lines do not travel here: each worker's stdout/stderr file descriptors are pipes read by
-the parent (so that C code's writes are relayed too). Progress and Metrics carry the worker's
-output marks (bytes Python had written to stdout and stderr when it sent them), so the parent
-shows a rank's lines and bars in the order the worker produced them. Messages are small frozen
-dataclasses, pickled with the standard library; values and exceptions inside them are
-cloudpickled bytes.
+the parent (so that C code's writes are relayed too). Progress, Displayed and Metrics carry the
+worker's output marks (bytes Python had written to stdout and stderr when it sent them), so the
+parent shows a rank's lines, bars and displays in the order the worker produced them. Messages
+are small frozen dataclasses, pickled with the standard library; values and exceptions inside
+them are cloudpickled bytes; a display's mimebundle is JSON text (plain data whatever the
+objects that made it).
 """
 
 from __future__ import annotations
 
+import json
 import pickle
 import threading
 import time
@@ -32,7 +36,17 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["Progress", "Metrics", "Health", "Result", "Failure", "Message", "Sender", "receive"]
+__all__ = [
+    "Progress",
+    "Displayed",
+    "Metrics",
+    "Health",
+    "Result",
+    "Failure",
+    "Message",
+    "Sender",
+    "receive",
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,32 @@ class Progress:
     unit: str = "it"
     closed: bool = False
     options: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Displayed:
+    """What a rank displayed (reporting/shell.py): Jupyter's display_data, update_display_data
+    or clear_output, as IPython's display publisher would have sent it from a kernel.
+
+    ``data`` and ``metadata`` are the mimebundle and its metadata as JSON text (binary data
+    base64-encoded, as a kernel sends it); ``display_id`` is the rank's own id (``None``: an
+    anonymous display); ``update`` replaces what that id shows; ``clear`` asks to clear the
+    rank's displays, at once or (``wait``) when its next display comes.
+    """
+
+    data: str = "{}"
+    metadata: str = "{}"
+    display_id: str | None = None
+    update: bool = False
+    clear: bool = False
+    wait: bool = False
+
+    def bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The mimebundle and its metadata, as dicts."""
+        data, metadata = json.loads(self.data), json.loads(self.metadata)
+        if not isinstance(data, dict) or not isinstance(metadata, dict):
+            raise TypeError("a display's data and metadata are JSON objects")
+        return data, metadata
 
 
 # ---- live metrics and rank health (reporting/live.py sends them) ---------------------------
@@ -93,7 +133,7 @@ class Failure:
         return cls(f"{kind.__module__}.{kind.__qualname__}", str(exc), text, blob)
 
 
-Message = Progress | Metrics | Health | Result | Failure
+Message = Progress | Displayed | Metrics | Health | Result | Failure
 
 
 class Sender:
@@ -108,9 +148,10 @@ class Sender:
         self._lock = threading.Lock()
 
     def send(self, message: Message) -> bool:
-        # Bars and charts sit among the output lines: say how much output came before them.
+        # Bars, displays and charts sit among the output lines: say how much output came
+        # before them.
         marks = None
-        if self._marks is not None and isinstance(message, Progress | Metrics):
+        if self._marks is not None and isinstance(message, Progress | Displayed | Metrics):
             marks = self._marks()
         data = pickle.dumps((marks, message), protocol=pickle.HIGHEST_PROTOCOL)
         try:
@@ -127,6 +168,6 @@ Marks = tuple[int, int] | None
 def receive(conn: Connection) -> tuple[Marks, Message]:
     """The parent's end: read one message and its output marks (EOFError: the worker closed)."""
     marks, message = pickle.loads(conn.recv_bytes())
-    if not isinstance(message, Progress | Metrics | Health | Result | Failure):
+    if not isinstance(message, Progress | Displayed | Metrics | Health | Result | Failure):
         raise TypeError(f"unexpected message from a worker: {type(message).__name__}")
     return marks, message

@@ -21,6 +21,7 @@ speed of the loop. That keeps a 100,000-iteration loop within a few percent of a
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,11 +29,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tqdm.auto import tqdm as _auto_tqdm
 
 from .. import env
+from ..private.tqdm import report_notebook_bars
 
 if TYPE_CHECKING:
     from .channel import Sender
 
-__all__ = ["tqdm", "trange", "attach", "detach", "channel"]
+__all__ = ["tqdm", "trange", "attach", "detach", "channel", "adopt_library_bars"]
 
 T = TypeVar("T")
 
@@ -60,6 +62,51 @@ def detach() -> None:
     """Stop reporting: bars created afterwards behave like ``tqdm.auto.tqdm``."""
     global _channel
     _channel = None
+
+
+def adopt_library_bars() -> None:
+    """In a rank that reports to a notebook: the bars libraries make report as ours do.
+
+    ``tqdm.auto``'s (and ``tqdm.autonotebook``'s) ``tqdm`` and ``trange`` become this
+    module's, for what imports them from now on (a fresh interpreter chose tqdm's text bar);
+    ``tqdm.notebook``'s bar, which the kernel chose and libraries imported there subclassed
+    (datasets), reports its state instead of building widgets (private/tqdm.py). Only rank
+    0's are sent, as for this module's bars.
+    """
+    for name in ("tqdm.autonotebook", "tqdm.auto"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.tqdm = tqdm  # type: ignore[attr-defined]
+            module.trange = trange  # type: ignore[attr-defined]
+    report_notebook_bars(_report_notebook_bar)
+
+
+def _report_notebook_bar(bar: Any, closed: bool) -> None:
+    """A ``tqdm.notebook`` bar's state, as a Progress message of rank 0 (once closed: never
+    again: its end redraws twice after an exception)."""
+    sender = _channel
+    state = bar.__dict__
+    if sender is None or state.get("_notebook_accel_closed") or env.read_distributed().rank:
+        return
+    from .channel import Progress
+
+    if "_notebook_accel_bar" not in state:
+        state["_notebook_accel_bar"] = next(_bar_ids)
+    state["_notebook_accel_closed"] = closed
+    options = tuple(
+        (key, getattr(bar, key)) for key in ("leave", "unit_scale", "unit_divisor") if key in state
+    )
+    sender.send(
+        Progress(
+            bar=state["_notebook_accel_bar"],
+            n=bar.n,
+            total=bar.total,
+            desc=str(bar.desc or ""),
+            unit=str(bar.unit or "it"),
+            closed=closed,
+            options=(*options, ("postfix", str(bar.postfix or ""))),
+        )
+    )
 
 
 def channel() -> Sender | None:

@@ -1,12 +1,13 @@
 """Colab's widget protocol in a real page: the classic Notebook 6.5, widgetsnbextension 3.6 and
 ipywidgets 7.7 (what Colab's page draws), headless Chromium.
 
-The checks the JupyterLab tests make (tests/faces/test_browser.py, tests/launch/
-show/test_browser_charts.py), in that page: the panel launches and shows its results; a launch's
-tqdm bars move (seen part-way, rank 0 waiting there until the test has seen them) and finish;
-its live chart draws; a background job's lines and chart land in the cell that submitted it
-while another cell runs. Runs where those versions are installed (the matrix's colab-page
-job, .ci/pins/colab-page.txt), skipped elsewhere with the reason. Screenshots:
+The checks the JupyterLab tests make (tests/faces/test_browser.py,
+tests/launch/show/test_browser_charts.py), in that page: the panel launches and shows its
+results; a launch's tqdm bars move (seen part-way, rank 0 waiting there until the test has
+seen them) and finish; its live chart draws; a background job's lines and chart land in the
+cell that submitted it while another cell runs; transformers' Trainer, launched, draws its
+progress table in the launching cell. Runs where those versions are installed (the matrix's
+colab-page job, .ci/pins/colab-page.txt), skipped elsewhere with the reason. Screenshots:
 tests/artifacts/tmp/classic_*.png (copies from a run: tests/artifacts/classic_*.png).
 """
 
@@ -18,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from importlib import metadata
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,10 @@ from tests.browser import (
     BACKGROUND_SESSION,
     BACKGROUND_SUBMIT,
     CHROMIUM,
+    TOKEN,
+    TRAINER_CELLS,
     check_panel_results,
+    check_trainer_cell,
     chromium_page,
     free_port,
     jupyter_environ,
@@ -53,8 +58,6 @@ pytestmark = [
         "the matrix's colab-page job (.ci/pins/colab-page.txt)",
     ),
 ]
-
-TOKEN = "notebook-accel-test"
 
 
 @pytest.fixture
@@ -255,3 +258,19 @@ def test_a_background_job_draws_in_its_own_cell_while_another_runs(
     assert "meanwhile, another cell" in other and "job line" not in other
     assert "job line" not in last
     assert chart == 1  # the live chart, in the submitting cell
+
+
+def test_the_trainer_s_table_is_drawn_by_a_launch(classic: tuple[str, Path]) -> None:
+    url, root = classic
+    with_datasets = find_spec("datasets") is not None
+    _write(
+        root,
+        "trainer.ipynb",
+        [c.replace("WITH_DATASETS", str(with_datasets)) for c in TRAINER_CELLS],
+    )
+    with chromium_page(root.parent / "profile", height=1400) as page:
+        try:
+            _open_and_run_all(page, f"{url}/notebooks/trainer.ipynb?token={TOKEN}")
+            check_trainer_cell(_cell(page, 1), ".output_area")
+        finally:
+            _shot(page, "trainer")

@@ -9,8 +9,8 @@ a pre-forked idle worker: its fds + pickle ->   (forked after the last launch) w
 or Process(target=worker.main).start()  ----->   fork -> worker.main(rank ...)
 loop over selectors:
   stdout/stderr bytes   -> display.feed      (lines, rank-prefixed)
-  Progress, Metrics,    -> display.report: bars, the live chart, the panel's rows
-    Health
+  Progress, Displayed,  -> display.report: bars, what a rank displays (show/rich.py),
+    Metrics, Health        the live chart, the panel's rows
   Result                -> results[rank] (large buffers mapped from shared memory)
   Failure               -> stop the others, re-raise the earliest failure
   a worker's sentinel   -> died without a message? WorkerDiedError

@@ -49,6 +49,8 @@ from typing import Any, NoReturn
 
 from ... import env
 from ...private import cpython
+from ...reporting import shell as rank_shell
+from ..wire.payload import in_a_kernel
 from . import own_data
 from .idle import idle_pool, main_has_file
 
@@ -69,6 +71,9 @@ _PRELOAD = [
     # starts no thread and touches no device; the first launch pays it once, in the server).
     "notebook_accel.training.accelerator",
 ]
+# A notebook's ranks get a display shell (reporting/shell.py) and tqdm's notebook bar made to
+# report (~250 ms of imports per worker otherwise): a fresh server imports them once.
+_NOTEBOOK_PRELOAD = ["IPython.core.interactiveshell", "IPython.display", "tqdm.notebook"]
 
 
 def context(method: str = "auto") -> multiprocessing.context.BaseContext:
@@ -79,7 +84,7 @@ def context(method: str = "auto") -> multiprocessing.context.BaseContext:
         )
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(_PRELOAD)
+        ctx.set_forkserver_preload(_PRELOAD + (_NOTEBOOK_PRELOAD if in_a_kernel() else []))
     return ctx
 
 
@@ -379,21 +384,53 @@ def _fork_from_a_fresh_thread(child: Callable[[], NoReturn]) -> int:
 
 def _as_a_fresh_interpreter() -> None:
     """Undo in the zygote what a kernel installed in its interpreter, so that its workers
-    start as a fresh forkserver's do: the hooks, the running event loop, IPython's shell."""
+    start as a fresh forkserver's do: the hooks, the running event loop, IPython's shell (a
+    notebook's rank gets one of ours: reporting/shell.py, which keeps the kernel shell's
+    formatters), the kernel itself (its Session and sockets: a fork must not send there)."""
     sys.displayhook = sys.__displayhook__  # a session cell's last value goes through it
     sys.excepthook = sys.__excepthook__
     sys.breakpointhook = sys.__breakpointhook__
     sys.unraisablehook = sys.__unraisablehook__
     cpython.forget_running_loop()  # the kernel's event loop is running this cell: not here
-    if "IPython" in sys.modules:  # get_ipython() is None in a worker (tqdm.auto, ...)
+    with contextlib.suppress(Exception):
+        _kernel_inert()
+    if "IPython" in sys.modules:  # get_ipython() is None in a worker until its shell
         import builtins
 
         with contextlib.suppress(Exception):
             from IPython.core.interactiveshell import InteractiveShell
 
+            rank_shell.prepare()  # from the kernel's shell, before it goes
             InteractiveShell.clear_instance()
         for name in ("get_ipython", "display", "__IPYTHON__"):
             builtins.__dict__.pop(name, None)
+
+
+def _kernel_inert() -> None:
+    """The kernel of this fork is no more: nothing may reach it (ipykernel's comms and widgets
+    look for ``Kernel.instance()``; jupyter_client's Session, reached from a fork, logs every
+    message it refuses to send), and its own loggers stay quiet. A library's logging, through
+    handlers the notebook installed, still reaches the rank's output (_rebind_log_handlers)."""
+    if "ipykernel" not in sys.modules:
+        return  # not a kernel
+    import logging
+
+    from traitlets.config import Application
+    from traitlets.log import get_logger
+
+    loggers: set[Any] = {get_logger()}
+    singletons: list[Any] = [Application]
+    kernelbase = sys.modules.get("ipykernel.kernelbase")
+    if kernelbase is not None:
+        singletons.append(kernelbase.Kernel)
+    for singleton in singletons:
+        if singleton.initialized():
+            instance = singleton.instance()
+            loggers.add(getattr(instance, "log", None))
+            type(instance).clear_instance()  # its class's and every base's
+    for logger in loggers:
+        if isinstance(logger, logging.Logger) and logger is not logging.getLogger():
+            logger.disabled = True
 
 
 def _blank_inherited_fds(keep: set[int | None]) -> None:

@@ -7,6 +7,8 @@ forkserver child
   -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
   -> env:// meets in the launch's private store, NOTEBOOK_ACCEL_STORE (worker_store.route)
   -> random generators: fresh entropy, or the launch's seed
+  -> a launch from a notebook: IPython's display machinery is the rank's own
+     (reporting/shell.py: displays, library bars)
   -> live.start: the health thread; Accelerator.log rows batched to the parent
   -> map the payload's shared memory (copy-on-write), unpickle the call, run it
   -> Result(value; large buffers through shared memory) or Failure(exception)
@@ -43,6 +45,7 @@ from ...launched import WorkerEnv
 from ...private import accelerate as private_accelerate
 from ...private import cpython
 from ...quiet import quiet_torchao
+from ...reporting import shell
 from ...reporting.channel import Failure, Result, Sender
 from ..wire.payload import Payload, load
 from ..wire.pickling import dumps
@@ -252,7 +255,8 @@ def run_call(
         function, args, kwargs = load(payload)
         if bind is not None:
             function = bind(function)
-        value = function(*args, **kwargs)
+        with shell.cell():  # IPython's cell events (matplotlib shows what is left open)
+            value = function(*args, **kwargs)
         try:
             return _pack(shipment or payload.shipment, value)
         except SharedMemoryError:
@@ -312,6 +316,8 @@ def start(
     from ...reporting import live, progress
 
     progress.attach(sender)
+    if payload.displays:  # a notebook's launch: what the rank displays goes to its cell
+        shell.install(sender)
     live.start(sender)  # [metrics] rank 0's log() rows and every rank's health, to the parent
     return sender
 

@@ -2,10 +2,13 @@
 
     submit (in the submitting cell)            the job's thread, later (any cell running)
     -------------------------------            ------------------------------------------
-    display(..., display_id=True) x 3  ---->   handle.update(...)   (update_display_data)
+    display(..., display_id=True) x 4  ---->   handle.update(...)   (update_display_data)
       lines: text, rank-prefixed                 every line, at most 5 updates a second
       bars:  tqdm's meters as text               each bar's latest state
       chart: the live chart's PNG                redrawn as in a launch (charts.Live)
+      displays: what the ranks display           every rank's displays, updates and clears
+                                                   (show/rich.py), rewritten whole, at most
+                                                   5 times a second
 
 A stream message sent while another cell runs would land in that cell (the kernel stamps it
 with the running request), and one stamped with the submitting cell's request once that cell
@@ -22,7 +25,7 @@ import time
 from typing import Any
 
 from ...reporting.channel import Progress
-from . import charts
+from . import charts, rich
 from .display import Bar, Display, Sink, meter
 
 __all__ = ["CellDisplay"]
@@ -112,11 +115,12 @@ class CellDisplay(Display):
         self.lines: list[str] = []
         self._meters: dict[tuple[int, int], str] = {}  # (rank, bar) -> its latest meter
         self._lock = threading.Lock()
-        self._due: dict[str, float] = {"lines": 0.0, "bars": 0.0}
-        self._dirty = {"lines": False, "bars": False}
+        self._due: dict[str, float] = {"lines": 0.0, "bars": 0.0, "displays": 0.0}
+        self._dirty = {"lines": False, "bars": False, "displays": False}
         self._lines_handle = _handle({"text/plain": ""})
         self._bars_handle = _handle({"text/plain": ""})
         self._chart_handle = _handle({"text/plain": ""})
+        self._displays_handle = _handle({"text/plain": ""})  # made now: the cell ends soon
         self.stdout = self.stderr = Sink(self.add, self.refresh)  # type: ignore[assignment]
 
     # -- what the job said ----------------------------------------------------------------
@@ -139,6 +143,14 @@ class CellDisplay(Display):
             self._dirty["bars"] = True
         self.refresh()
 
+    def draw_displays(self, changed: list[tuple[rich.Slot, bool]]) -> None:
+        """What the ranks display goes into the display made at submit (a finished cell takes
+        updates of the displays it has, never new ones)."""
+        if changed:
+            with self._lock:
+                self._dirty["displays"] = True
+            self.refresh()
+
     def open_chart(self) -> charts.ChartView:
         if charts.charts_available():
             return _HandleChart(self._chart_handle)
@@ -148,14 +160,27 @@ class CellDisplay(Display):
     def refresh(self, force: bool = False) -> None:
         """Update the outputs that changed, at most every ``_EVERY`` s unless ``force``."""
         now = time.monotonic()
-        for what, handle in (("lines", self._lines_handle), ("bars", self._bars_handle)):
+        handles = {
+            "lines": self._lines_handle,
+            "bars": self._bars_handle,
+            "displays": self._displays_handle,
+        }
+        for what, handle in handles.items():
             with self._lock:
                 if not self._dirty[what] or (now < self._due[what] and not force):
                     continue
                 self._dirty[what] = False
                 self._due[what] = now + _EVERY
-                text = self._text() if what == "lines" else "\n".join(self._meters.values())
-            handle.update({"text/plain": text}, raw=True)
+                data = self._bundle(what)
+            handle.update(data, raw=True)
+
+    def _bundle(self, what: str) -> dict[str, Any]:
+        if what == "lines":
+            return {"text/plain": self._text()}
+        if what == "bars":
+            return {"text/plain": "\n".join(self._meters.values())}
+        areas = self.areas
+        return {"text/plain": ""} if areas is None else rich.merged(areas, self.output == "all")
 
     def _text(self) -> str:
         hidden = len(self.lines) - _SHOWN_LINES

@@ -1,4 +1,5 @@
-"""The parent's side of the channel: rank-prefixed whole lines, progress bars, the banner.
+"""The parent's side of the channel: rank-prefixed whole lines, progress bars, the banner,
+what ranks display (show/rich.py).
 
 Output arrives as raw bytes from each worker's stdout/stderr pipe. Bytes are buffered per
 (rank, stream) and written out one whole line at a time, so ranks never interleave mid-line.
@@ -14,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
-from ...reporting.channel import Health, Metrics, Progress
-from . import charts
+from ...reporting.channel import Displayed, Health, Metrics, Progress
+from . import charts, rich
 
 __all__ = ["Display", "Bar", "Sink", "TqdmBar", "meter"]
 
@@ -41,6 +42,8 @@ class Display:
         self._bars: dict[tuple[int, int], Bar] = {}
         self._labels: dict[int, tuple[str, bool]] = {}
         self._live: charts.Live | None = None
+        self._areas: rich.Areas | None = None
+        self._cell_outputs: rich.CellOutputs | None = None
         charts.start_launch()
 
     # -- lines ------------------------------------------------------------------------------
@@ -102,6 +105,8 @@ class Display:
         every backend hands its ranks' messages here (the local engine, Ray's driver)."""
         if isinstance(message, Progress):
             self.progress(rank, message)
+        elif isinstance(message, Displayed):
+            self.displayed(rank, message)
         elif isinstance(message, Metrics):
             self.metrics(rank, message)
         elif isinstance(message, Health):
@@ -135,12 +140,47 @@ class Display:
         return TqdmBar(prefix, message, options, self.stderr)
 
     def close(self) -> None:
-        """End of the launch: close every bar still open (a worker stopped mid-loop)."""
+        """End of the launch: close every bar still open (a worker stopped mid-loop); a rank's
+        clear_output(wait=True) with no display after it clears now."""
         for bar in self._bars.values():
             bar.close()
         self._bars.clear()
         if self._live is not None:
             self._live.end()
+        if self._areas is not None:
+            self.draw_displays(self._areas.finish())
+
+    # -- what ranks display (show/rich.py) ---------------------------------------------------
+    def displayed(self, rank: int, message: Displayed) -> None:
+        """A rank's display, update_display or clear_output (its own displays only)."""
+        if not self._shows(rank):
+            return
+        if self._areas is None:
+            self._areas = rich.Areas()
+        self.draw_displays(self._areas.apply(rank, message))
+
+    @property
+    def areas(self) -> rich.Areas | None:
+        """What each rank displays now (None before any display)."""
+        return self._areas
+
+    def draw_displays(self, changed: list[tuple[rich.Slot, bool]]) -> None:
+        """Draw the slots that changed (each with whether it is new): in a notebook as the
+        running cell's outputs, elsewhere the text of each display, as IPython prints it.
+
+        A display that draws rank areas elsewhere (a background job, the panel) overrides it.
+        """
+        if charts.in_notebook():
+            if self._cell_outputs is None:
+                self._cell_outputs = rich.CellOutputs(marked=self.output == "all")
+            for slot, new in changed:
+                self._cell_outputs.draw(slot, new)
+            return
+        for slot, _ in changed:
+            if slot.data is not None:
+                for line in str(slot.data.get("text/plain", "")).splitlines():
+                    self._write(slot.rank, "stdout", line.encode())
+                self.stdout.flush()
 
     # -- live metrics and rank health (charts.py) --------------------------------------------
     def metrics(self, rank: int, message: Metrics) -> None:

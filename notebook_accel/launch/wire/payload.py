@@ -21,14 +21,26 @@ import re
 import sys
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ConfigError, PayloadError
 from .pickling import Outgoing, dumps, loads
 from .transport import Shipment
 
-__all__ = ["Payload", "build", "load", "annotate_traceback"]
+__all__ = ["Payload", "build", "in_a_kernel", "load", "annotate_traceback"]
+
+
+def in_a_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (IPython's shell with a kernel behind it)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:
+        return False
+    return getattr(shell, "kernel", None) is not None
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,9 @@ class Payload:
     code_origins: tuple[tuple[str, str], ...] = ()
     # Where the call's large buffers are, and where the results' go (set by the launch).
     shipment: Shipment | None = None
+    # The parent is a Jupyter kernel: a rank's displays are drawn in its cell, so the rank
+    # gets a display shell of ours (reporting/shell.py). Decided where the payload is made.
+    displays: bool = field(default_factory=in_a_kernel)
 
 
 def _describe(obj: object) -> str:

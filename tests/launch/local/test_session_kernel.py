@@ -95,6 +95,8 @@ CELLS = {
     "                time.sleep(0.01)\n"
     "        print(f'job line {step}')\n"
     "        accelerator.log({'loss': 1 / (step + 1)}, step=step)\n"
+    "    from IPython.display import HTML, display  # the submitting cell has finished\n"
+    "    display(HTML(f'<b>job display {accelerator.process_index}</b>'))\n"
     "    return accelerator.process_index\n"
     "job = w.submit(train, 20, GATE)\n"
     "job.done()",
@@ -232,8 +234,11 @@ def test_a_submitted_job_draws_in_its_own_cell_while_another_runs(cells: dict[st
         and "20/20" in shown[1]["data"]["text/plain"]
     )
     assert "image/png" in shown[2]["data"]  # the live chart
+    for rank in (0, 1):  # what the ranks displayed, in the display made at submit
+        assert f"<b>job display {rank}</b>" in shown[3]["data"]["text/html"]
     for other in ("meanwhile", "result", "close"):
         assert "job line" not in json.dumps(cells[other].outputs)
+        assert "job display" not in json.dumps(cells[other].outputs)
     assert _result(cells["result"]) == "[0, 1]"
 
 
@@ -290,7 +295,8 @@ def test_a_background_job_s_messages_go_to_the_submitting_cell_and_a_killed_kern
     job_messages = [
         m
         for m in kernel.messages
-        if m["msg_type"] != "execute_input" and "job line" in json.dumps(m["content"])
+        if m["msg_type"] != "execute_input"
+        and ("job line" in json.dumps(m["content"]) or "job display" in json.dumps(m["content"]))
     ]
     assert job_messages
     for message in job_messages:
@@ -308,9 +314,17 @@ def test_a_background_job_s_messages_go_to_the_submitting_cell_and_a_killed_kern
             result,
         ):
             assert "job line" not in message["content"]["text"]
-    last = [m for m in job_messages if m["msg_type"] == "update_display_data"][-1]
+    last = [
+        m
+        for m in job_messages
+        if m["msg_type"] == "update_display_data" and "job line" in json.dumps(m["content"])
+    ][-1]
     lines = last["content"]["data"]["text/plain"].splitlines()
     assert sum(line.endswith("job line 19") for line in lines) == 2
+    # what the ranks displayed: the display made at submit, updated whole (every rank's)
+    shown = [json.dumps(m["content"]) for m in job_messages]
+    shown = [content for content in shown if "job display" in content]
+    assert "job display 0" in shown[-1] and "job display 1" in shown[-1]
     # The kernel dies with the session open: its workers go with it.
     printed = [
         m["content"]["text"]

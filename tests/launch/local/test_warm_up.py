@@ -127,12 +127,20 @@ def test_in_a_real_kernel_the_early_start_prints_nothing_and_leaves_nothing() ->
             "fork = open(f'/proc/{server}/cmdline').read() == open('/proc/self/cmdline').read()\n"
             "(server, fork)",
             # The zygote's workers start as a fresh interpreter's: no event loop running (the
-            # kernel runs its cells in one), the plain display hook, no IPython shell.
-            "import asyncio, sys\n"
+            # kernel runs its cells in one), nothing of the kernel (its Kernel and app cleared,
+            # its loggers quiet); their IPython shell, display hook and builtins are ours (a
+            # notebook's ranks display into its cells: reporting/shell.py).
+            "import asyncio, builtins, logging, sys\n"
             "def fresh():\n"
             "    import IPython\n"
-            "    plain = sys.displayhook is sys.__displayhook__\n"
-            "    return asyncio.run(asyncio.sleep(0, 1)), plain, IPython.get_ipython() is None\n"
+            "    from ipykernel.kernelbase import Kernel\n"
+            "    from traitlets.config import Application\n"
+            "    shell = IPython.get_ipython()\n"
+            "    ours = type(shell).__module__ == 'notebook_accel.reporting.shell'\n"
+            "    hooks = sys.displayhook == shell.show_value and builtins.get_ipython() is shell\n"
+            "    gone = not Kernel.initialized() and not Application.initialized()\n"
+            "    quiet = logging.getLogger('IPKernelApp').disabled\n"
+            "    return asyncio.run(asyncio.sleep(0, 1)), ours and hooks, gone and quiet\n"
             "notebook_launcher(fresh, num_processes=2)",
         ],
         timeout=lambda cell: 120,

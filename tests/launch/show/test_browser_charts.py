@@ -1,4 +1,5 @@
-"""The live chart in a real browser: JupyterLab and the Notebook (7) page, headless Chromium.
+"""The live chart in a real browser: JupyterLab and the Notebook (7) page, headless Chromium;
+and transformers' Trainer, launched from JupyterLab, drawing its progress table in the cell.
 
 A notebook whose function logs a loss at every step is run from the page; the chart (an image
 output, replaced in place) is captured twice during the launch, and the second capture's line
@@ -16,9 +17,9 @@ import contextlib
 import io
 import json
 import re
-import sys
 import time
 from collections.abc import Iterator
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,12 @@ from tests.browser import (
     BACKGROUND_SESSION,
     BACKGROUND_SUBMIT,
     CHROMIUM,
+    TOKEN,
+    TRAINER_CELLS,
+    check_trainer_cell,
     chromium_page,
-    free_port,
-    jupyter_environ,
-    serving,
+    jupyterlab,
+    run_all_lab,
 )
 
 pytestmark = [
@@ -42,7 +45,6 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium: apt-get install chromium"),
 ]
 
-TOKEN = "notebook-accel-test"
 TRAIN = """\
 import os
 import time
@@ -81,7 +83,6 @@ def jupyter_root(url: str) -> Path:
 @pytest.fixture
 def jupyter(tmp_path: Path) -> Iterator[str]:
     """A Jupyter server (JupyterLab and Notebook 7 pages) on loopback; yields its base URL."""
-    pytest.importorskip("jupyterlab", reason="needs jupyterlab: pip install jupyterlab")
     root = tmp_path / "root"
     root.mkdir()
     (root / "gate").mkdir()
@@ -91,27 +92,7 @@ def jupyter(tmp_path: Path) -> Iterator[str]:
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
     )
     nbformat.write(notebook, root / "live.ipynb")
-    port = free_port()
-    environ = jupyter_environ(
-        tmp_path,
-        ("JUPYTERLAB_SETTINGS_DIR", "settings"),
-        ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        f"--port={port}",
-        "--ServerApp.ip=127.0.0.1",
-        f"--IdentityProvider.token={TOKEN}",
-        f"--ServerApp.root_dir={root}",
-        "--LabApp.news_url=",
-        "--ServerApp.disable_check_xsrf=True",
-        "--ServerApp.allow_root=True",
-    ]
-    with serving(command, port=port, log=tmp_path / "jupyter.log", env=environ):
-        url = f"http://127.0.0.1:{port}"
+    with jupyterlab(tmp_path, root) as url:
         _ROOTS[url] = root
         yield url
 
@@ -167,33 +148,6 @@ def _release(gate: Path, step: int) -> None:
     (gate / f"seen_{step}").write_text("")
 
 
-_RUN_ALL_TRIES = 4
-
-
-def _run_all(page: Any, url: str) -> None:
-    """Open the notebook at ``url`` and run all its cells once its kernel is idle."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    page.goto(url, timeout=90_000)
-    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=90_000)
-    # The kernel is ready when the toolbar's execution indicator says idle.
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(
-        timeout=90_000
-    )
-    # A click that lands while the page is still settling (the notebook not yet the current
-    # widget) runs nothing: Run All again until a cell has started, none having started yet.
-    started = page.locator(".jp-Notebook .jp-InputPrompt", has_text=re.compile(r"\[(\*|\d+)\]"))
-    for _ in range(_RUN_ALL_TRIES):
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-        try:
-            started.first.wait_for(timeout=15_000)
-            return
-        except PlaywrightTimeout:
-            page.keyboard.press("Escape")  # a menu left open
-    raise AssertionError(f"Run All Cells started no cell in {_RUN_ALL_TRIES} tries")
-
-
 @pytest.mark.parametrize("ui", ["lab", "notebooks"], ids=["jupyterlab", "notebook7"])
 def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> None:
     pytest.importorskip("matplotlib", reason="the chart needs matplotlib")
@@ -201,7 +155,7 @@ def test_chart_grows_during_a_launch(jupyter: str, tmp_path: Path, ui: str) -> N
     gate = jupyter_root(jupyter) / "gate"
     with chromium_page(tmp_path / "profile") as page:
         try:
-            _run_all(page, url)
+            run_all_lab(page, url)
             page.locator(".jp-OutputArea-output img").last.wait_for(timeout=90_000)
             # Two moments on the same step axis (0 to 50), rank 0 waiting at each until it is
             # seen: the line runs further in the second.
@@ -230,7 +184,7 @@ def test_quickstart_lines_sit_under_their_bars(jupyter: str, tmp_path: Path) -> 
     nbformat.write(quickstart, root / "quickstart.ipynb")
     with chromium_page(tmp_path / "profile", height=1400) as page:
         try:
-            _run_all(page, f"{jupyter}/lab/tree/quickstart.ipynb?token={TOKEN}")
+            run_all_lab(page, f"{jupyter}/lab/tree/quickstart.ipynb?token={TOKEN}")
             launch_cell = page.locator(".jp-Cell", has_text="losses = notebook_launcher")
             done = launch_cell.locator(".jp-OutputArea-output", has_text="rank 1 of 2 done")
             done.wait_for(timeout=120_000)
@@ -272,7 +226,7 @@ def test_a_background_job_draws_in_its_own_cell_in_jupyterlab(jupyter: str, tmp_
     nbformat.write(notebook, jupyter_root(jupyter) / "session.ipynb")
     with chromium_page(tmp_path / "profile", height=1400) as page:
         try:
-            _run_all(page, f"{jupyter}/lab/tree/session.ipynb?token={TOKEN}")
+            run_all_lab(page, f"{jupyter}/lab/tree/session.ipynb?token={TOKEN}")
             cells = page.locator(".jp-Notebook .jp-Cell")
             submitted = cells.nth(1).locator(".jp-OutputArea")
             submitted.locator(".jp-OutputArea-output", has_text="finished in").wait_for(
@@ -290,3 +244,24 @@ def test_a_background_job_draws_in_its_own_cell_in_jupyterlab(jupyter: str, tmp_
         ), text
     assert "meanwhile, another cell" in other and "job line" not in other
     assert chart == 1  # the live chart, in the submitting cell
+
+
+@pytest.mark.skipif(find_spec("transformers") is None, reason="needs transformers")
+def test_the_trainer_s_table_is_drawn_by_a_launch(jupyter: str, tmp_path: Path) -> None:
+    """What a rank displays (show/rich.py) as JupyterLab draws it: the Trainer's table, rank
+    0's, once, its final state (screenshot: trainer_lab.png)."""
+    with_datasets = find_spec("datasets") is not None
+    cells = [c.replace("WITH_DATASETS", str(with_datasets)) for c in TRAINER_CELLS]
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(source) for source in cells],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
+    nbformat.write(notebook, jupyter_root(jupyter) / "trainer.ipynb")
+    with chromium_page(tmp_path / "profile", height=1200) as page:
+        try:
+            run_all_lab(page, f"{jupyter}/lab/tree/trainer.ipynb?token={TOKEN}")
+            cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+            check_trainer_cell(cell, ".jp-OutputArea-output")
+        finally:
+            with contextlib.suppress(Exception):
+                page.screenshot(path=str(ARTIFACTS / "trainer_lab.png"), full_page=True)

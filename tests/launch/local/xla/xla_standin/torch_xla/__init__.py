@@ -10,7 +10,7 @@ tensors between the device threads of one process. Devices are CPU devices.
     PJRT_DEVICE=TPU, TPU_NUM_DEVICES=N     N processes, 1 device each (TPU v4 and later)
     ... and STANDIN_XLA_DEVICES_PER_PROCESS=K   N/K processes, K device threads each (v2/v3)
 
-Only tests/launch/test_xla_supervision.py puts this folder on sys.path.
+Only tests/launch/local/xla/test_xla_supervision.py puts this folder on sys.path.
 """
 
 from __future__ import annotations

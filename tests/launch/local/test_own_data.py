@@ -223,18 +223,31 @@ _FRAMES = textwrap.dedent("""
 """)
 
 
-# Read by the kernel: the resident bytes a process has in the address ranges ``places``.
+# Read by the kernel: the bytes of ``places`` that process ``pid`` has in memory and that are
+# the kernel's own pages (the same page frame, where /proc shows frames: as root), read page by
+# page from /proc/PID/pagemap. Counting whole mappings (smaps' Rss) would also count what a
+# mapping merged with a buffer's partial first or last page holds, or what the process mapped
+# later where a buffer left out of its fork would have been.
 _RESIDENT = textwrap.dedent("""
+    import os, struct
+
+    def _entries(pid, start, n):
+        page = os.sysconf("SC_PAGE_SIZE")
+        first, last = start // page, (start + n - 1) // page
+        with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+            pagemap.seek(first * 8)
+            raw = pagemap.read((last - first + 1) * 8)
+        return struct.unpack(f"{len(raw) // 8}Q", raw)
+
     def resident(pid, places):
-        total, inside = 0, False
-        with open(f"/proc/{pid}/smaps") as smaps:
-            for line in smaps:
-                head = line.split()[0]
-                if "-" in head and ":" not in head:
-                    low, high = (int(bound, 16) for bound in head.split("-"))
-                    inside = any(low < start + n and start < high for start, n in places)
-                elif inside and head == "Rss:":
-                    total += int(line.split()[1]) * 1024
+        page, frame = os.sysconf("SC_PAGE_SIZE"), (1 << 55) - 1
+        total = 0
+        for start, n in places:
+            ours = _entries(os.getpid(), start, n)
+            for theirs, mine in zip(_entries(pid, start, n), ours):
+                present = theirs >> 63 & 1
+                if present and (not theirs & frame or theirs & frame == mine & frame):
+                    total += page
         return total
 """)
 

@@ -22,15 +22,39 @@ from typing import Any, ClassVar
 
 from .errors import NotProvidedError
 
-__all__ = ["REFUSED", "Reason", "Refused", "reason_for", "refused"]
+__all__ = [
+    "ATTRIBUTES",
+    "PARAMETERS",
+    "REFUSED",
+    "Reason",
+    "Refused",
+    "RefusedParameter",
+    "reason_for",
+    "refused",
+]
 
 
 @dataclass(frozen=True)
 class Reason:
-    """Why a group of accelerate's names is not provided, and what to use instead."""
+    """Why a group of accelerate's names is not provided, and what to use instead.
+
+    ``missing`` names the software whose absence is the reason (Megatron-LM, MS-AMP...);
+    empty where the reason is a choice (accelerate's internals). A refused parameter or
+    Accelerator attribute always names one (tests/test_surface.py).
+    """
 
     why: str
     instead: str
+    missing: str = ""
+
+
+@dataclass(frozen=True)
+class RefusedParameter:
+    """A parameter ours takes for accelerate's signature and refuses when given anything but
+    ``default`` (:func:`refuse_given`)."""
+
+    reason: Reason
+    default: Any = None
 
 
 MEGATRON = Reason(
@@ -283,6 +307,14 @@ REFUSED: dict[str, dict[str, Reason]] = {
     "notebook_accel.logging": {},
     "notebook_accel.local_sgd": {},
 }
+
+
+# our callable's __qualname__ -> its parameter -> why a value is refused (the parameter is in
+# its signature, at its default: a call that leaves it there runs)
+PARAMETERS: dict[str, dict[str, RefusedParameter]] = {}
+
+# accelerate's Accelerator attributes ours has as placeholders: a method that raises
+ATTRIBUTES: dict[str, Reason] = {}
 
 
 class Refused:

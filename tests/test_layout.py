@@ -137,6 +137,7 @@ def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
         "quiet.py",
         "refusals.py",
         "seeding.py",
+        "signatures.py",
         "state.py",
         "surface.py",
         "tracking.py",

@@ -234,6 +234,12 @@ def accelerate_log_level() -> str | None:
     return _get("ACCELERATE_LOG_LEVEL")
 
 
+def fp8_backend() -> str:
+    """accelerate's ``ACCELERATE_FP8_BACKEND`` (``"AO"``, ``"TE"``; default ``"NO"``), which
+    ``Accelerator.fp8_backend`` reports without a recipe handler."""
+    return (_get("ACCELERATE_FP8_BACKEND") or "NO").strip().upper()
+
+
 def init_include_buffers() -> bool:
     """accelerate's ``ACCELERATE_INIT_INCLUDE_BUFFERS`` (init_empty_weights' default)."""
     return (_get("ACCELERATE_INIT_INCLUDE_BUFFERS") or "").strip().lower() in _TRUE

@@ -31,17 +31,23 @@ from ..errors import ConfigError
 __all__ = ["DistributedType", "GradientState", "ProcessState", "ProcessView"]
 
 
-class DistributedType(enum.StrEnum):
-    """How the job is distributed; compares equal to accelerate's names (``"MULTI_CPU"``...).
+class DistributedType(str, enum.Enum):  # noqa: UP042 - accelerate's kind: str() as its
+    """How the job is distributed; compares equal to accelerate's names (``"MULTI_CPU"``...)
+    and prints as accelerate's (``str()``: ``"DistributedType.MULTI_CPU"``; the same kind of
+    enum, a ``str`` mixed into ``Enum``).
 
-    A process's state is NO, MULTI_CPU, MULTI_GPU or XLA; an Accelerator's
+    A process's state is NO, MULTI_CPU, MULTI_GPU, MULTI_TPU or XLA; an Accelerator's
     ``distributed_type`` is FSDP or DEEPSPEED under those strategies, as accelerate's. The
     other members are accelerate's, so that scripts comparing with them run (nothing here is
-    ever of those kinds).
+    ever of those kinds). ``MULTI_TPU`` is ours: TorchTPU's processes, one per chip, the
+    name accelerate's own rule (``MULTI_`` and the device type) gives them (accelerate 1.16
+    runs TorchTPU in one process only, and has no member for it).
 
     Example:
         >>> DistributedType.MULTI_CPU == "MULTI_CPU"
         True
+        >>> str(DistributedType.MULTI_CPU)
+        'DistributedType.MULTI_CPU'
     """
 
     NO = "NO"
@@ -58,6 +64,7 @@ class DistributedType(enum.StrEnum):
     MULTI_MUSA = "MULTI_MUSA"
     MULTI_HPU = "MULTI_HPU"
     MULTI_NEURON = "MULTI_NEURON"
+    MULTI_TPU = "MULTI_TPU"
 
 
 # One table instead of a ladder: device type -> (default backend, distributed type when world>1).

@@ -103,6 +103,12 @@ class Sharder:
                     dist.broadcast(tensor.data, src=0)
         kwargs = self._shard_kwargs()
         for module in targets:
+            if self.config.activation_checkpointing:
+                checkpoint_forward(
+                    module,
+                    offload=self.config.activation_checkpointing_offload,
+                    pin_memory=self.state.device.type == "cuda",
+                )
             fully_shard(module, **kwargs)
         fully_shard(model, **kwargs)
         new = dict(model.named_parameters())
@@ -145,6 +151,31 @@ class Sharder:
                     optimizer.state[new] = {k: _like(v, new) for k, v in old_state.items()}
                 count += 1
         return count
+
+
+def checkpoint_forward(module: torch.nn.Module, offload: bool, pin_memory: bool) -> None:
+    """Recompute ``module``'s activations in the backward pass: its forward runs under
+    ``torch.utils.checkpoint`` (non-reentrant), which keeps only the unit's inputs; with
+    ``offload`` those wait in (pinned, on CUDA) CPU memory until the backward pass
+    (``save_on_cpu``), as accelerate's ``checkpoint_wrapper`` + ``offload_wrapper`` do.
+
+    The module keeps its place and its parameter names (no wrapper module): state dicts,
+    optimizers and checkpoints are as without checkpointing. FSDP2 gathers the unit's
+    weights again for the recompute (its pre-backward hook runs first).
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    forward = module.forward
+
+    def checkpointed(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():  # evaluation: nothing to recompute
+            return forward(*args, **kwargs)
+        if offload:
+            with torch.autograd.graph.save_on_cpu(pin_memory=pin_memory):
+                return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    module.forward = checkpointed
 
 
 def return_freed_memory(who: str) -> None:

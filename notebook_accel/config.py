@@ -232,14 +232,17 @@ def _dynamo(name: str, value: Any) -> str:
     return dynamo.coerce_option(value)
 
 
+def _host_port(endpoint: str) -> tuple[str, str]:
+    host, colon, port = endpoint.rpartition(":")
+    return (host, port) if colon else (endpoint, "")
+
+
 def _endpoint(name: str, value: Any) -> str | None:
     if value is None or value == "":
         return None
-    host, _, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
-    if not isinstance(value, str) or (port and not port.isdigit()):
+    host, port = _host_port(value) if isinstance(value, str) else ("", "")
+    if not host or (port and not port.isdigit()):
         raise ConfigError(name, value, "'HOST' or 'HOST:PORT' (machine 0's address)")
-    if not host:
-        host, port = port, ""
     if port and not 1 <= int(port) <= 65535:
         raise ConfigError(name, value, "'HOST:PORT' with a TCP port in [1, 65535]")
     return value
@@ -544,9 +547,7 @@ class LaunchConfig:
         (one that says otherwise is refused)."""
         if self.rdzv_endpoint is None:
             return
-        host, _, port = self.rdzv_endpoint.rpartition(":")
-        if not host:
-            host, port = port, ""
+        host, port = _host_port(self.rdzv_endpoint)
         default = fields_default(type(self), "master_addr")
         if self.master_addr not in (default, host):
             raise ConfigError(

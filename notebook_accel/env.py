@@ -255,6 +255,12 @@ def use_torch_xla() -> bool:
     return (_get("USE_TORCH_XLA") or "1").strip().lower() not in _FALSE
 
 
+def torchtpu_slice_addresses() -> str | None:
+    """TorchTPU's ``TORCH_TPU_SLICEBUILDER_ADDRESSES`` (one ``host:port`` per rank), which
+    ``torch.tpu.distributed.set_tpu_launch_env`` sets in the parent; None when unset."""
+    return _get("TORCH_TPU_SLICEBUILDER_ADDRESSES") or None
+
+
 def tpu_accelerator_type() -> str:
     """The TPU VM's accelerator type (``TPU_ACCELERATOR_TYPE``, else ``ACCELERATOR_TYPE``)."""
     return _get("TPU_ACCELERATOR_TYPE") or _get("ACCELERATOR_TYPE") or ""

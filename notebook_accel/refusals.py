@@ -8,7 +8,7 @@
          NotProvidedError(reason, what to use instead)
       -> else AttributeError
 
-No name is silently missing: tests/test_surface.py lists accelerate 1.15's public names in
+No name is silently missing: tests/test_surface.py lists accelerate 1.16's public names in
 each module of ``paths.SHIMS`` and checks each resolves here, provided or refused. Adding a
 module (``notebook_accel.hooks``) is one more key here and in ``paths.SHIMS`` and
 ``paths.PROVIDED`` (paths.py holds the shims' machinery). README's "Migrating
@@ -76,8 +76,8 @@ TRANSFORMER_ENGINE = Reason(
     missing="NVIDIA Transformer Engine",
 )
 ELASTIC = Reason(
-    "an option of torch elastic's agent, which notebook_launcher does not run (its workers "
-    "meet at machine 0's address through its own table)",
+    "an option of torch elastic's agent (notebook_launcher's workers meet at machine 0's "
+    "address through its own table)",
     "the defaults (rdzv_backend='static'); rdzv_conf={'timeout': seconds} for the wait for "
     "machine 0; `torchrun` for an elastic job",
     missing="torch.distributed.elastic's agent (torchrun's), which notebook_launcher does not run",

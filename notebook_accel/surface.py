@@ -140,13 +140,16 @@ def _refused_parameters() -> list[str]:
         "when given a value other than their default:",
         "",
     ]
+    grouped: dict[Reason, list[str]] = {}
     for where, table in refusals.PARAMETERS.items():
         for name, entry in table.items():
-            reason = entry.reason
-            lines.append(
-                f"- `{where}({name}=)`: {reason.why} (needs {reason.missing}); use {reason.instead}"
-            )
+            grouped.setdefault(entry.reason, []).append(f"{where}({name}=)")
     for name, reason in refusals.ATTRIBUTES.items():
-        lines.append(f"- `Accelerator.{name}`: {reason.why} (needs {reason.missing})")
+        grouped.setdefault(reason, []).append(f"Accelerator.{name}")
+    for reason, names in grouped.items():
+        lines.append(
+            f"- refused when given a value ({reason.why}; needs {reason.missing}; use "
+            f"{reason.instead}): {_code(names)}"
+        )
     lines.append("")
     return lines

@@ -286,3 +286,16 @@ def retie_parameters(model: nn.Module, tied_params: list[list[str]]) -> None:
         kept = next((p for p in params if p is not None and p.device.type != "meta"), params[0])
         for module, leaf in owners:
             private_torch.set_parameter(module, leaf, kept)
+
+
+def move_keeping_ties(model: nn.Module, device: Any) -> nn.Module:
+    """``model.to(device)``; on TorchTPU (``"tpu"``), whose ``.to()`` unties shared weights,
+    the tied parameters are tied again after the move (as accelerate 1.16 does)."""
+    import torch
+
+    if torch.device(device).type != "tpu":
+        return model.to(device)
+    ties = find_tied_parameters(model)
+    model.to(device)
+    retie_parameters(model, ties)
+    return model

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
 from .. import env, launched
+from ..big_model.tensors import move_keeping_ties
 from ..errors import CheckpointError, ConfigError
 from ..options.deepspeed import DeepSpeedPlugin
 from ..options.dynamo import DynamoBackend, TorchDynamoPlugin
@@ -516,7 +517,7 @@ class Accelerator(ProcessView, HandlerView):
         sharded = self._strategy.shards_parameters and not evaluation_mode
         model = self.precision.convert_model(model, sharded)
         if self.device_placement if device_placement is None else device_placement:
-            model.to(self.device)
+            move_keeping_ties(model, self.device)  # TorchTPU's .to() unties weights
         # On XLA (and with torch's overwrite-on-conversion flag) .to() makes new Parameter
         # objects; an optimizer built on the model beforehand must step the new ones.
         replaced = {

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from .. import env, launched
+from .. import devices, env, launched
 from ..errors import ConfigError
 
 __all__ = ["DistributedType", "GradientState", "ProcessState", "ProcessView"]
@@ -73,6 +73,9 @@ _DEVICE_KINDS: dict[str, tuple[str, DistributedType]] = {
     "cuda": ("nccl", DistributedType.MULTI_GPU),
     "mps": ("gloo", DistributedType.MULTI_CPU),
     "xla": ("xla", DistributedType.XLA),
+    # TorchTPU: torch's PrivateUse1 device renamed "tpu", one process per chip, its group
+    # the backend torch_tpu registers for "tpu" (devices.get_distributed_backend)
+    "tpu": ("tpu_dist", DistributedType.MULTI_TPU),
 }
 
 
@@ -81,6 +84,8 @@ def _auto_device_type() -> str:
         return "cuda"
     if torch.backends.mps.is_available():
         return "mps"
+    if devices.get_torch_accelerator_backend()[0] == "tpu":  # TorchTPU, as accelerate 1.16
+        return "tpu"
     return "cpu"
 
 
@@ -90,6 +95,9 @@ def _device_for(device_type: str, local_rank: int) -> torch.device:
         index = local_rank % max(torch.cuda.device_count(), 1)
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
+    if device_type == "tpu":
+        # TorchTPU assigns each process its chip (torch.tpu.set_device only checks it).
+        return torch.device("tpu", torch.get_device_module("tpu").current_device())
     if device_type == "xla":
         import torch_xla
 

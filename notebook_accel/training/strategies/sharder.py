@@ -85,7 +85,7 @@ class Sharder:
     def mesh(self) -> DeviceMesh:
         """The device mesh, built on first use (it creates process groups: every rank)."""
         if self._mesh is None:
-            names = ("replicate", "shard") if len(self.mesh_shape) == 2 else ("shard",)
+            names = ("dp_replicate", "dp_shard") if len(self.mesh_shape) == 2 else ("dp_shard",)
             self._mesh = init_device_mesh(
                 self.state.device.type, self.mesh_shape, mesh_dim_names=names
             )
@@ -311,7 +311,9 @@ def no_sync(model: torch.nn.Module) -> Iterator[None]:
 
 
 def total_norm(grads: list[torch.Tensor], norm_type: float = 2.0) -> torch.Tensor:
-    """The norm of ``grads`` over every shard (a plain tensor, the same on every rank)."""
+    """The norm of ``grads`` over every shard (a plain tensor, the same on every rank); the
+    norm types 0 and inf too (DTensor reduces each as its kind needs: tests/training/
+    strategies/test_fsdp.py checks them against the whole gradients)."""
     norm = torch.nn.utils.get_total_norm(grads, norm_type)
     # Over DTensor shards the norm is a partial result: full_tensor() reduces it across ranks.
     return norm.full_tensor() if isinstance(norm, DTensor) else norm

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from notebook_accel import debug_launcher
+from tests.training.test_accelerator_names_port import _run  # the body's main(argument)
 
 BODY = textwrap.dedent(
     """
@@ -114,12 +115,6 @@ BODY = textwrap.dedent(
         return r
     """
 )
-
-
-def _run(source: str, library: str) -> dict[str, Any]:
-    namespace: dict[str, Any] = {}
-    exec(compile(source, "<ported>", "exec"), namespace)
-    return namespace["main"](library)  # type: ignore[no-any-return]
 
 
 def _ours(source: str) -> str:

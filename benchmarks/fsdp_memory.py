@@ -12,10 +12,11 @@ AdamW and random batches run on 2 CPU processes (gloo); each variant runs in its
 - time: each step (forward, backward, clipping-free optimizer step, zero_grad) with
   ``time.perf_counter``; the first ``--warmup`` steps are dropped; the slower rank's median.
 
-accelerate 1.15 only enables its FSDP plugin for GPU-like devices (on CPU it silently keeps
-DDP), so for its column the benchmark sets ``distributed_type = FSDP`` on accelerate's state
-after construction; accelerate's own FSDP2 code then shards the model (``fully_shard`` per
-Linear, like ours with ``auto_wrap_classes=("Linear",)``) and switches the optimizer.
+accelerate (1.15 and 1.16) only enables its FSDP plugin for GPU-like devices (on CPU it
+silently keeps DDP), so for its column the benchmark sets ``distributed_type = FSDP`` on
+accelerate's state after construction; accelerate's own FSDP2 code then shards the model
+(``fully_shard`` per Linear, like ours with ``auto_wrap_classes=("Linear",)``) and switches
+the optimizer.
 
 Our default FSDP (``return_freed_memory=True``) serves blocks of 1 MiB and more with mmap and
 turns on torch's transparent huge pages (``THP_MEM_ALLOC_ENABLE``); "heap" leaves glibc as it is.

@@ -1,12 +1,21 @@
-"""accelerate 1.15's public names per module, and how many notebook_accel provides.
+"""accelerate's public names, parameters and Accelerator attributes, and notebook_accel's.
 
-For each module that scripts import from (``accelerate``, ``accelerate.utils``, ``.state``,
-...): accelerate's public names (``surface.accelerate_names``), how many resolve in the
-matching ``notebook_accel`` module as provided names, which it refuses on purpose (grouped
-by reason, ``refusals.py``), and any name that is neither (a silent gap:
-``tests/test_surface.py`` fails then).
+Against the installed accelerate (the reference: the ``dev``/``bench`` pin), three tables:
 
-    python benchmarks/surface.py                  # the counts and the refused names
+- names: for each module that scripts import from (``accelerate``, ``accelerate.utils``,
+  ``.state``, ...), accelerate's public names (``surface.accelerate_names``), how many
+  resolve in the matching ``notebook_accel`` module as provided names, which it refuses on
+  purpose (grouped by reason, ``refusals.py``), and any name that is neither (a silent gap);
+- parameters: for each function and class a shim provides (a dataclass: its init fields),
+  accelerate's parameters that ours takes, refuses by name (``refusals.PARAMETERS``) or
+  lacks, and positional parameters that would bind to another name (``signatures.py``);
+- attributes: the public attributes of accelerate's ``Accelerator`` (its class and an
+  instance made on CPU) that ours has, refuses (``refusals.ATTRIBUTES``) or lacks, and the
+  parameters of each method.
+
+``tests/test_surface.py`` fails on any silent gap.
+
+    python benchmarks/surface.py                  # the tables
     python benchmarks/surface.py --write-readme   # regenerate README's migration section
 """
 
@@ -21,12 +30,76 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from notebook_accel import surface  # noqa: E402
+from notebook_accel import signatures, surface  # noqa: E402
 from notebook_accel.refusals import Reason, Refused  # noqa: E402
 
 
 def report() -> int:
-    """Print the table; the number of silent gaps is the exit status."""
+    """Print the tables; 1 if anything is a silent gap."""
+    names = report_names()
+    calls = report_parameters()
+    attributes = report_attributes()
+    print(
+        f"\nsilent gaps: names {names}, parameters {calls[0]} (misbound {calls[1]}), "
+        f"Accelerator attributes {attributes[0]} (their parameters {attributes[1]})"
+    )
+    return 1 if names or any(calls) or any(attributes) else 0
+
+
+def _row(found: signatures.Census) -> str:
+    line = (
+        f"  {found.where}: provided {len(found.provided)}, refused {len(found.refused)}, "
+        f"silent gaps {len(found.gaps)}"
+    )
+    for name, reason in found.refused.items():
+        line += f"\n    refused {name} ({reason.why})"
+    if found.gaps:
+        line += f"\n    SILENT GAPS: {', '.join(found.gaps)}"
+    for position, theirs, ours in found.misbound:
+        line += f"\n    MISBOUND: positional argument {position} is {theirs!r} there, {ours!r} here"
+    return line
+
+
+def report_parameters() -> tuple[int, int]:
+    """The parameters of every provided function and class; (gaps, misbound)."""
+    rows = [
+        signatures.census(where, theirs, ours, signatures.key_of(ours))
+        for where, (theirs, ours) in signatures.callables().items()
+    ]
+    return _totals("parameters of the functions and classes provided", rows)
+
+
+def report_attributes() -> tuple[int, int]:
+    """Accelerator's attributes, then its methods' parameters; (gaps, their parameters')."""
+    found, methods = signatures.attribute_census()
+    print(f"\nAccelerator's public attributes (class and a CPU instance): {_count(found)}")
+    print(_row(found))
+    gaps, misbound = _totals("parameters of the Accelerator's methods", methods)
+    return len(found.gaps), gaps + misbound
+
+
+def _count(found: signatures.Census) -> int:
+    return len(found.provided) + len(found.refused) + len(found.gaps)
+
+
+def _totals(title: str, rows: list[signatures.Census]) -> tuple[int, int]:
+    total = sum(_count(r) for r in rows)
+    provided = sum(len(r.provided) for r in rows)
+    refused = sum(len(r.refused) for r in rows)
+    gaps = sum(len(r.gaps) for r in rows)
+    misbound = sum(len(r.misbound) for r in rows)
+    print(
+        f"\n{title}: {len(rows)} callables, {total} parameters; provided {provided}, "
+        f"refused {refused}, silent gaps {gaps}, misbound {misbound}"
+    )
+    for found in rows:
+        if found.refused or found.gaps or found.misbound:
+            print(_row(found))
+    return gaps, misbound
+
+
+def report_names() -> int:
+    """The names of each module; the number of silent gaps."""
     import accelerate
 
     print(f"accelerate {accelerate.__version__}: public names per module, and notebook_accel's")
@@ -54,7 +127,7 @@ def report() -> int:
         if gaps:
             print(f"  SILENT GAPS: {', '.join(gaps)}")
         gaps_total += len(gaps)
-    return 1 if gaps_total else 0
+    return gaps_total
 
 
 def write_readme() -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from . import env
+from . import env, refusals
 from .errors import ConfigError
 from .options import rules
 
@@ -230,6 +230,47 @@ def _dynamo(name: str, value: Any) -> str:
     from .options import dynamo  # torch-free
 
     return dynamo.coerce_option(value)
+
+
+def _host_port(endpoint: str) -> tuple[str, str]:
+    host, colon, port = endpoint.rpartition(":")
+    return (host, port) if colon else (endpoint, "")
+
+
+def _endpoint(name: str, value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    host, port = _host_port(value) if isinstance(value, str) else ("", "")
+    if not host or (port and not port.isdigit()):
+        raise ConfigError(name, value, "'HOST' or 'HOST:PORT' (machine 0's address)")
+    if port and not 1 <= int(port) <= 65535:
+        raise ConfigError(name, value, "'HOST:PORT' with a TCP port in [1, 65535]")
+    return value
+
+
+_WAITS = ("timeout", "join_timeout")  # rdzv_conf keys that mean the wait for machine 0
+
+
+def _rdzv_conf(name: str, value: Any) -> dict[str, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError(name, value, "a dict such as {'timeout': 900}, or None")
+    for key, seconds in value.items():
+        if key not in _WAITS:
+            raise refusals.refuse(
+                f"notebook_launcher(rdzv_conf={{{key!r}: ...}})", refusals.ELASTIC
+            )
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+            raise ConfigError(f"{name}[{key!r}]", seconds, "seconds > 0")
+    return dict(value)
+
+
+def _refused(name: str, value: Any) -> Any:
+    """accelerate's launcher parameters of torch elastic's agent: accepted at their defaults,
+    refused by name otherwise (refusals.PARAMETERS)."""
+    refusals.refuse_given("notebook_launcher", **{name: value})
+    return value
 
 
 def _json_object(text: str) -> Any:
@@ -435,6 +476,48 @@ class LaunchConfig:
         variables=("ACCELERATE_DYNAMO_BACKEND",),
         text=lambda backend: None if backend == "no" else backend.upper(),
     )
+    # accelerate's notebook_launcher parameters of torch elastic's launch (accelerate 1.16)
+    rdzv_endpoint: str | None = option(
+        None,
+        check=_endpoint,
+        doc="accelerate's ``'HOST[:PORT]'`` where the machines meet: machine 0's address (it "
+        "sets ``master_addr`` and ``master_port``, which may not say otherwise).",
+        file=False,
+    )
+    rdzv_conf: dict[str, float] | None = option(
+        None,
+        check=_rdzv_conf,
+        doc="accelerate's rendezvous options: ``{'timeout': seconds}`` (or "
+        "``'join_timeout'``) is how long the other machines wait for machine 0; torch "
+        "elastic's other keys are refused by name.",
+        file=False,
+    )
+    rdzv_backend: str = option(
+        "static",
+        check=_refused,
+        doc="accelerate's rendezvous backend: ``'static'`` (machines meet at machine 0's "
+        "address), the only one; torch elastic's ``'c10d'``/``'etcd'`` are refused by name.",
+        file=False,
+    )
+    rdzv_id: str = option(
+        "none",
+        check=_refused,
+        doc="accelerate's elastic run id: accepted at its default ``'none'``.",
+        file=False,
+    )
+    monitor_interval: float = option(
+        0.1,
+        check=_refused,
+        doc="accelerate's elastic agent's polling interval: accepted at its default ``0.1`` "
+        "(workers are watched through their pipes, without polling).",
+        file=False,
+    )
+    log_line_prefix_template: str | None = option(
+        None,
+        check=_refused,
+        doc="accelerate's elastic log prefix: accepted at ``None`` (lines show ``[rank N]``).",
+        file=False,
+    )
     # Not options: which fields' values came from the config file, for the launch banner.
     from_file: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     file_path: str = dataclasses.field(default="", compare=False, repr=False)
@@ -442,6 +525,7 @@ class LaunchConfig:
     def __post_init__(self) -> None:
         for name, spec in options(type(self)).items():
             object.__setattr__(self, name, spec.check(name, getattr(self, name)))
+        self._meet_at_endpoint()
         rules.machines(
             num_nodes=self.num_nodes,
             node_rank=self.node_rank,
@@ -457,6 +541,31 @@ class LaunchConfig:
         )
         if self.deepspeed is not None:
             rules.deepspeed_installed("deepspeed", self.deepspeed)
+
+    def _meet_at_endpoint(self) -> None:
+        """``rdzv_endpoint`` is machine 0's address: master_addr and master_port follow it
+        (one that says otherwise is refused)."""
+        if self.rdzv_endpoint is None:
+            return
+        host, port = _host_port(self.rdzv_endpoint)
+        default = fields_default(type(self), "master_addr")
+        if self.master_addr not in (default, host):
+            raise ConfigError(
+                "rdzv_endpoint", self.rdzv_endpoint, f"machine 0's address, {self.master_addr!r}"
+            )
+        object.__setattr__(self, "master_addr", host)
+        if port:
+            if self.master_port not in (None, int(port)):
+                raise ConfigError(
+                    "rdzv_endpoint", self.rdzv_endpoint, f"machine 0's port, {self.master_port}"
+                )
+            object.__setattr__(self, "master_port", int(port))
+
+    def wait_for_machine_0(self) -> float | None:
+        """Seconds the other machines wait for machine 0 (``rdzv_conf``'s ``timeout``), or
+        None for the launcher's default."""
+        conf = self.rdzv_conf or {}
+        return next((float(conf[key]) for key in _WAITS if key in conf), None)
 
     def replace(self, **changes: Any) -> LaunchConfig:
         """A copy with some fields changed (validated again)."""
@@ -530,6 +639,11 @@ class LaunchConfig:
             "notebook_accel.config.reset_file() or `notebook-accel config --reset` "
             "empties the file)"
         )
+
+
+def fields_default(table: type[LaunchConfig], name: str) -> Any:
+    """The built-in default of option ``name``."""
+    return next(f.default for f in fields(table) if f.name == name)
 
 
 def options(table: type[LaunchConfig] = LaunchConfig) -> dict[str, Option]:

@@ -261,6 +261,12 @@ def accelerate_log_level() -> str | None:
     return _get("ACCELERATE_LOG_LEVEL")
 
 
+def fp8_backend() -> str:
+    """accelerate's ``ACCELERATE_FP8_BACKEND`` (``"AO"``, ``"TE"``; default ``"NO"``), which
+    ``Accelerator.fp8_backend`` reports without a recipe handler."""
+    return (_get("ACCELERATE_FP8_BACKEND") or "NO").strip().upper()
+
+
 def init_include_buffers() -> bool:
     """accelerate's ``ACCELERATE_INIT_INCLUDE_BUFFERS`` (init_empty_weights' default)."""
     return (_get("ACCELERATE_INIT_INCLUDE_BUFFERS") or "").strip().lower() in _TRUE
@@ -274,6 +280,12 @@ def enable_rich() -> bool:
 def use_torch_xla() -> bool:
     """``USE_TORCH_XLA`` (default on), which accelerate's is_torch_xla_available reads."""
     return (_get("USE_TORCH_XLA") or "1").strip().lower() not in _FALSE
+
+
+def torchtpu_slice_addresses() -> str | None:
+    """TorchTPU's ``TORCH_TPU_SLICEBUILDER_ADDRESSES`` (one ``host:port`` per rank), which
+    ``torch.tpu.distributed.set_tpu_launch_env`` sets in the parent; None when unset."""
+    return _get("TORCH_TPU_SLICEBUILDER_ADDRESSES") or None
 
 
 def tpu_accelerator_type() -> str:

@@ -76,8 +76,16 @@ PROVIDED: dict[str, dict[str, str]] = {
             "broadcast broadcast_object_list gather gather_object reduce pad_across_processes "
             "send_to_device wait_for_everyone extract_model_from_parallel",
         ),
-        **_each(_T + "memory", "clear_device_cache should_reduce_batch_size"),
         **_each(_T + "handlers", "GradientAccumulationPlugin"),
+        **_each(
+            "notebook_accel.options.parallelism",
+            "TorchTensorParallelConfig TorchTensorParallelPlugin",
+        ),
+        **_each(
+            "notebook_accel.devices",
+            "get_accelerator_free_memory get_distributed_backend get_torch_accelerator_backend "
+            "normalize_device",
+        ),
         **_each(_T + "data.rng", "RNGType synchronize_rng_state"),
         **_each(_T + "trackers", "LoggerType"),
         **_each(_T + "profiling", "PROFILE_PATTERN_NAME"),
@@ -111,32 +119,26 @@ PROVIDED: dict[str, dict[str, str]] = {
             _T + "memory",
             "clear_device_cache find_executable_batch_size release_memory should_reduce_batch_size",
         ),
+        **_each(UTILS, "get_torch_accelerator_backend"),
+    },
+    "notebook_accel.utils.dataclasses": {
         **_each(
             UTILS,
-            " ".join(
-                f"{probe}_available"
-                for probe in "is_cuda is_hpu is_mlu is_mps is_musa is_neuron is_npu is_sdaa "
-                "is_xpu".split()
-            ),
+            "AORecipeKwargs AutocastKwargs BnbQuantizationConfig ComputeEnvironment CustomDtype "
+            "DDPCommunicationHookType DataLoaderConfiguration DeepSpeedPlugin "
+            "DeepSpeedSequenceParallelConfig DistributedDataParallelKwargs DistributedType "
+            "DynamoBackend FullyShardedDataParallelPlugin GradScalerKwargs "
+            "GradientAccumulationPlugin InitProcessGroupKwargs KwargsHandler LoggerType "
+            "MegatronLMPlugin PrecisionType ProfileKwargs ProjectConfiguration RNGType "
+            "SageMakerDistributedType TERecipeKwargs TensorInformation "
+            "TorchContextParallelConfig TorchDynamoPlugin TorchTensorParallelConfig "
+            "TorchTensorParallelPlugin add_model_config_to_megatron_parser compare_versions "
+            "get_torch_accelerator_backend is_hpu_available is_rocm_available is_torch_version "
+            "is_torchao_available is_transformer_engine_available parse_flag_from_env "
+            "str_to_bool",
         ),
+        **_each(_T + "precision.fp8", "FP8BackendType"),
     },
-    "notebook_accel.utils.dataclasses": _each(
-        UTILS,
-        "AORecipeKwargs AutocastKwargs BnbQuantizationConfig ComputeEnvironment CustomDtype "
-        "DDPCommunicationHookType DataLoaderConfiguration DeepSpeedPlugin "
-        "DeepSpeedSequenceParallelConfig DistributedDataParallelKwargs DistributedType "
-        "DynamoBackend FP8RecipeKwargs FullyShardedDataParallelPlugin GradScalerKwargs "
-        "GradientAccumulationPlugin InitProcessGroupKwargs KwargsHandler LoggerType "
-        "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION MSAMPRecipeKwargs MegatronLMPlugin "
-        "PrecisionType ProfileKwargs ProjectConfiguration RNGType SageMakerDistributedType "
-        "TERecipeKwargs TensorInformation TorchContextParallelConfig TorchDynamoPlugin "
-        "TorchTensorParallelConfig TorchTensorParallelPlugin "
-        "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION add_model_config_to_megatron_parser "
-        "compare_versions is_cuda_available is_hpu_available is_mlu_available "
-        "is_msamp_available is_musa_available is_neuron_available is_npu_available "
-        "is_rocm_available is_torch_version is_torchao_available "
-        "is_transformer_engine_available is_xpu_available parse_flag_from_env str_to_bool",
-    ),
     "notebook_accel.state": {
         **_each(_T + "accelerator_state", "AcceleratorState is_initialized"),
         **_each(_T + "processes", "PartialState"),
@@ -145,11 +147,11 @@ PROVIDED: dict[str, dict[str, str]] = {
             UTILS,
             "DistributedType DynamoBackend GradientAccumulationPlugin SageMakerDistributedType "
             "check_cuda_fp8_capability check_cuda_p2p_ib_support deepspeed_required "
-            "get_cpu_distributed_information get_int_from_env is_datasets_available "
-            "is_deepspeed_available is_fp8_available is_habana_gaudi1 is_hpu_available "
-            "is_mlu_available is_mps_available is_musa_available is_neuron_available "
-            "is_npu_available is_sdaa_available is_torch_xla_available is_xccl_available "
-            "is_xpu_available parse_choice_from_env parse_flag_from_env set_numa_affinity",
+            "get_cpu_distributed_information get_distributed_backend get_int_from_env "
+            "get_torch_accelerator_backend is_datasets_available is_deepspeed_available "
+            "is_fp8_available is_habana_gaudi1 is_mlu_available is_musa_available "
+            "is_npu_available is_sdaa_available is_torch_xla_available parse_choice_from_env "
+            "parse_flag_from_env set_numa_affinity",
         ),
     },
     "notebook_accel.tracking": {
@@ -168,7 +170,11 @@ PROVIDED: dict[str, dict[str, str]] = {
         ),
     },
     "notebook_accel.logging": {
-        **_each(_T + "logs", "MultiProcessAdapter get_logger"),
+        **_each(
+            _T + "logs",
+            "MultiProcessAdapter get_logger get_verbosity set_verbosity set_verbosity_debug "
+            "set_verbosity_error set_verbosity_info set_verbosity_warning",
+        ),
         **_each(_T + "processes", "PartialState"),  # accelerate's import, kept there
     },
     "notebook_accel.local_sgd": {
@@ -195,9 +201,8 @@ PROVIDED: dict[str, dict[str, str]] = {
         ),
         **_each(
             UTILS,
-            "OffloadedWeightsLoader check_cuda_p2p_ib_support is_bnb_available "
-            "is_mlu_available is_musa_available is_neuron_available is_npu_available "
-            "is_sdaa_available is_xpu_available parse_flag_from_env recursive_getattr",
+            "OffloadedWeightsLoader check_cuda_p2p_ib_support get_torch_accelerator_backend "
+            "is_bnb_available normalize_device parse_flag_from_env recursive_getattr",
         ),
     },
     "notebook_accel.hooks": {
@@ -209,11 +214,8 @@ PROVIDED: dict[str, dict[str, str]] = {
         **_each(_B + "moves", "send_to_device find_device"),
         **_each(_B + "tensors", "named_module_tensors set_module_tensor_to_device"),
         **_each(_T + "processes", "PartialState"),
-        **_each(
-            UTILS,
-            "PrefixedDataset clear_device_cache is_mlu_available is_musa_available "
-            "is_npu_available recursive_getattr",
-        ),
+        **_each(UTILS, "PrefixedDataset normalize_device recursive_getattr"),
+        **_each(_T + "memory", "clear_device_cache"),
     },
 }
 

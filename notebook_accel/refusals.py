@@ -8,7 +8,7 @@
          NotProvidedError(reason, what to use instead)
       -> else AttributeError
 
-No name is silently missing: tests/test_surface.py lists accelerate 1.15's public names in
+No name is silently missing: tests/test_surface.py lists accelerate 1.16's public names in
 each module of ``paths.SHIMS`` and checks each resolves here, provided or refused. Adding a
 module (``notebook_accel.hooks``) is one more key here and in ``paths.SHIMS`` and
 ``paths.PROVIDED`` (paths.py holds the shims' machinery). README's "Migrating
@@ -22,47 +22,86 @@ from typing import Any, ClassVar
 
 from .errors import NotProvidedError
 
-__all__ = ["REFUSED", "Reason", "Refused", "reason_for", "refused"]
+__all__ = [
+    "ATTRIBUTES",
+    "PARAMETERS",
+    "REFUSED",
+    "Reason",
+    "Refused",
+    "RefusedParameter",
+    "reason_for",
+    "refuse",
+    "refuse_given",
+    "refused",
+]
 
 
 @dataclass(frozen=True)
 class Reason:
-    """Why a group of accelerate's names is not provided, and what to use instead."""
+    """Why a group of accelerate's names is not provided, and what to use instead.
+
+    ``missing`` names the software whose absence is the reason (Megatron-LM, MS-AMP...);
+    empty where the reason is a choice (accelerate's internals). A refused parameter or
+    Accelerator attribute always names one (tests/test_surface.py).
+    """
 
     why: str
     instead: str
+    missing: str = ""
+
+
+@dataclass(frozen=True)
+class RefusedParameter:
+    """A parameter ours takes for accelerate's signature and refuses when given anything but
+    ``default`` (:func:`refuse_given`)."""
+
+    reason: Reason
+    default: Any = None
 
 
 MEGATRON = Reason(
     "Megatron-LM is not supported",
     "FSDP (FullyShardedDataParallelPlugin), DeepSpeed (DeepSpeedPlugin) or "
     "ParallelismConfig(tp_size=...)",
+    missing="Megatron-LM (megatron-core)",
 )
 SAGEMAKER = Reason(
     "Amazon SageMaker launches are not supported",
     "notebook_launcher or `notebook-accel launch` on the machine that runs the job",
+    missing="Amazon SageMaker's distributed runtime",
 )
-MSAMP = Reason("MS-AMP fp8 is not supported", "mixed_precision='fp8' (torchao, AORecipeKwargs)")
 TRANSFORMER_ENGINE = Reason(
     "NVIDIA Transformer Engine fp8 is not supported",
     "mixed_precision='fp8' (torchao float8, AORecipeKwargs)",
+    missing="NVIDIA Transformer Engine",
+)
+ELASTIC = Reason(
+    "an option of torch elastic's agent (notebook_launcher's workers meet at machine 0's "
+    "address through its own table)",
+    "the defaults (rdzv_backend='static'); rdzv_conf={'timeout': seconds} for the wait for "
+    "machine 0; `torchrun` for an elastic job",
+    missing="torch.distributed.elastic's agent (torchrun's), which notebook_launcher does not run",
 )
 FP8_INTERNALS = Reason(
     "accelerate's fp8 conversion internals",
     "mixed_precision='fp8': Accelerator.prepare converts the model",
 )
+NVME_OFFLOAD = Reason(
+    "offloading to NVMe needs DeepSpeed's async_io op, which this DeepSpeed has not built",
+    "offload_*_device='cpu', or DeepSpeed built with libaio (DS_BUILD_AIO=1)",
+    missing="DeepSpeed's async_io op (libaio)",
+)
 BITSANDBYTES = Reason(
     "accelerate's bitsandbytes quantization is not supported",
     "transformers' from_pretrained(quantization_config=BitsAndBytesConfig(...))",
-)
-PIPPY = Reason(
-    "pipeline parallelism (PiPPy) is not supported",
-    "FSDP, DeepSpeed or ParallelismConfig(tp_size=...)",
+    missing="bitsandbytes",
 )
 DEVICES = Reason(
     "this device family is not supported (Gaudi HPU, Cambricon MLU, Moore Threads MUSA, "
     "Tecorigin SDAA, AWS Neuron, Intel XCCL, ROCm probes)",
     "CUDA, MPS, XPU, NPU, TPU or the CPU (notebook_accel.utils.is_cuda_available, ...)",
+    missing="those devices' torch extensions (habana_frameworks, torch_mlu, torch_musa, "
+    "torch_sdaa, torch_neuronx)",
 )
 LAUNCHER = Reason(
     "accelerate's launcher and CLI plumbing (launch commands, process placement)",
@@ -108,6 +147,7 @@ TRACKERS = Reason(
     "this tracker is not built in",
     "log_with='tensorboard', 'wandb', 'mlflow' or 'trackio', or a GeneralTracker subclass "
     "in log_with=[...]",
+    missing="an integration with Aim, ClearML, Comet, DVCLive or SwanLab",
 )
 TRACKING_INTERNALS = Reason(
     "accelerate's tracker registry internals", "log_with=[...] with names or GeneralTracker objects"
@@ -145,16 +185,15 @@ _UTILS_DEVICES = _group(
 
 # module -> name -> reason. A module's names not listed here are provided by its shim.
 REFUSED: dict[str, dict[str, Reason]] = {
-    "notebook_accel": _group(PIPPY, "prepare_pippy"),
+    "notebook_accel": {},
     "notebook_accel.utils": _table(
         _UTILS_MEGATRON,
         _UTILS_DEVICES,
         _group(SAGEMAKER, "SageMakerDistributedType prepare_sagemager_args_inputs"),
         _group(SAGEMAKER, "is_sagemaker_available"),
-        _group(MSAMP, "MSAMPRecipeKwargs is_msamp_available"),
         _group(
             TRANSFORMER_ENGINE,
-            "TERecipeKwargs FP8RecipeKwargs apply_fp8_autowrap contextual_fp8_autocast "
+            "TERecipeKwargs apply_fp8_autowrap contextual_fp8_autocast "
             "convert_model has_transformer_engine_layers is_transformer_engine_available "
             "is_transformer_engine_mxfp8_available",
         ),
@@ -169,7 +208,6 @@ REFUSED: dict[str, dict[str, Reason]] = {
             "is_4bit_bnb_available is_8bit_bnb_available is_bnb_available "
             "is_bitsandbytes_multi_backend_available",
         ),
-        _group(PIPPY, "is_pippy_available"),
         _group(
             LAUNCHER,
             "PrepareForLaunch TORCH_LAUNCH_PARAMS prepare_deepspeed_cmd_env "
@@ -195,11 +233,7 @@ REFUSED: dict[str, dict[str, Reason]] = {
             "enable_fsdp_ram_efficient_loading disable_fsdp_ram_efficient_loading "
             "compile_regions_fsdp2 model_has_dtensor",
         ),
-        _group(
-            CONTEXT_PARALLEL,
-            "TorchContextParallelConfig TorchTensorParallelConfig TorchTensorParallelPlugin "
-            "get_model_tp_size",
-        ),
+        _group(CONTEXT_PARALLEL, "TorchContextParallelConfig get_model_tp_size"),
         _group(
             OPERATIONS,
             "CannotPadNestedTensorWarning TensorInformation concatenate convert_outputs_to_fp32 "
@@ -221,8 +255,7 @@ REFUSED: dict[str, dict[str, Reason]] = {
         ),
         _group(
             VERSIONS,
-            "compare_versions is_torch_version is_weights_only_available "
-            "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION XPU_PROFILING_AVAILABLE_PYTORCH_VERSION",
+            "compare_versions is_torch_version",
         ),
         _group(
             INTERNALS,
@@ -266,23 +299,36 @@ REFUSED: dict[str, dict[str, Reason]] = {
             "MODEL_CONFIGS_TO_MEGATRON_PARSERS parse_bert_config parse_glm4_moe_config "
             "parse_gpt2_config parse_llama_config parse_t5_config",
         ),
-        _group(TRANSFORMER_ENGINE, "FP8BackendType"),
         _group(
             FSDP_INTERNALS,
             "FSDP_AUTO_WRAP_POLICY FSDP_BACKWARD_PREFETCH FSDP_SHARDING_STRATEGY "
-            "FSDP2_PYTORCH_VERSION get_module_class_from_name",
+            "get_module_class_from_name",
         ),
-        _group(
-            CONTEXT_PARALLEL,
-            "BETA_CP_AVAILABLE_PYTORCH_VERSION BETA_TP_AVAILABLE_PYTORCH_VERSION "
-            "BETA_TP_AVAILABLE_TRANSFORMERS_VERSION",
-        ),
+        _group(CONTEXT_PARALLEL, "BETA_TP_AVAILABLE_TRANSFORMERS_VERSION"),
         _group(INTERNALS, "BaseEnum EnumWithContains"),
     ),
     "notebook_accel.utils.memory": {},
     "notebook_accel.logging": {},
     "notebook_accel.local_sgd": {},
 }
+
+
+# our callable's __qualname__ -> its parameter -> why a value is refused (the parameter is in
+# its signature, at its default: a call that leaves it there runs)
+PARAMETERS: dict[str, dict[str, RefusedParameter]] = {
+    "Accelerator": {"megatron_lm_plugin": RefusedParameter(MEGATRON)},
+    "notebook_launcher": {
+        "rdzv_backend": RefusedParameter(ELASTIC, "static"),
+        "rdzv_id": RefusedParameter(ELASTIC, "none"),
+        "monitor_interval": RefusedParameter(ELASTIC, 0.1),
+        "log_line_prefix_template": RefusedParameter(ELASTIC),
+    },
+    "load_checkpoint_in_model": {"offload_8bit_bnb": RefusedParameter(BITSANDBYTES, False)},
+    "set_module_tensor_to_device": {"fp16_statistics": RefusedParameter(BITSANDBYTES)},
+}
+
+# accelerate's Accelerator attributes ours has as placeholders: a method that raises
+ATTRIBUTES: dict[str, Reason] = {}
 
 
 class Refused:
@@ -293,6 +339,28 @@ class Refused:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Refused:
         raise NotProvidedError(cls._where, cls._reason.why, cls._reason.instead)
+
+
+def refuse_given(where: str, **given: Any) -> None:
+    """Raise NotProvidedError for the first of ``where``'s refused parameters
+    (``PARAMETERS[where]``) given a value other than its default; the others pass.
+
+    Example:
+        >>> refuse_given("Accelerator", megatron_lm_plugin=None)  # its default: fine
+    """
+    table = PARAMETERS[where]
+    for name, value in given.items():
+        entry = table[name]
+        default = entry.default
+        if value is default or (type(value) is type(default) and value == default):
+            continue
+        reason = entry.reason
+        raise NotProvidedError(f"{where}({name}={value!r})", reason.why, reason.instead)
+
+
+def refuse(where: str, reason: Reason) -> NotProvidedError:
+    """The error for a use of ``where`` that ``reason`` refuses (to raise)."""
+    return NotProvidedError(where, reason.why, reason.instead)
 
 
 def reason_for(module: str, name: str) -> Reason | None:

@@ -4,7 +4,8 @@
     provided(shim) / refused(shim)   read from paths.py's and refusals.py's tables (no torch,
                                      no accelerate)
     render_migration()               README's "Migrating from accelerate" section, generated
-                                     (tests/test_surface.py compares the two)
+                                     (tests/test_surface.py compares the two): names per
+                                     module, then the parameters refused by name
     accelerate_names(module)         accelerate's public names there (needs accelerate):
                                      tests/test_surface.py and benchmarks/surface.py
 
@@ -122,4 +123,33 @@ def render_migration() -> str:
                 f"- not provided ({reason.why}; use {reason.instead}): {_code(sorted(names))}"
             )
         lines.append("")
+    lines += _refused_parameters()
     return "\n".join(lines)
+
+
+def _refused_parameters() -> list[str]:
+    """README's lines for the parameters taken and refused when given a value, and the
+    Accelerator's refused attributes (every other parameter and attribute of accelerate's
+    is provided: tests/test_surface.py)."""
+    lines = [
+        "**Parameters and `Accelerator` attributes**",
+        "",
+        "Every parameter of accelerate's functions and classes provided above, and every "
+        "public attribute of its `Accelerator` (with its methods' parameters), is taken here "
+        "with accelerate's meaning, but these, which are taken and refused (`NotProvidedError`) "
+        "when given a value other than their default:",
+        "",
+    ]
+    grouped: dict[Reason, list[str]] = {}
+    for where, table in refusals.PARAMETERS.items():
+        for name, entry in table.items():
+            grouped.setdefault(entry.reason, []).append(f"{where}({name}=)")
+    for name, reason in refusals.ATTRIBUTES.items():
+        grouped.setdefault(reason, []).append(f"Accelerator.{name}")
+    for reason, names in grouped.items():
+        lines.append(
+            f"- refused when given a value ({reason.why}; needs {reason.missing}; use "
+            f"{reason.instead}): {_code(names)}"
+        )
+    lines.append("")
+    return lines

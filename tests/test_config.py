@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,47 @@ def test_the_launchers_parameters_are_the_tables_options() -> None:
     for name, spec in table.items():  # each documented once, from the table
         assert (f"        {name}: " in (notebook_launcher.__doc__ or "")) is True
         assert (f"        {name}: " in (Workers.__doc__ or "")) is (spec.session == "yes")
+
+
+# -- accelerate 1.16's notebook_launcher parameters: options of the table -------------------
+def test_rendezvous_options_of_accelerate_116() -> None:
+    from notebook_accel.errors import NotProvidedError
+
+    config = LaunchConfig(rdzv_endpoint="10.1.2.3:1234", rdzv_conf={"timeout": 9})
+    assert (config.master_addr, config.master_port, config.wait_for_machine_0()) == (
+        "10.1.2.3",
+        1234,
+        9.0,
+    )
+    assert LaunchConfig(rdzv_endpoint="host-0").master_addr == "host-0"
+    assert LaunchConfig(rdzv_endpoint="").rdzv_endpoint is None  # accelerate's default
+    with pytest.raises(ConfigError, match="rdzv_endpoint"):
+        LaunchConfig(rdzv_endpoint="10.1.2.3:1234", master_addr="10.9.9.9")
+    with pytest.raises(ConfigError, match="rdzv_endpoint"):
+        LaunchConfig(rdzv_endpoint="10.1.2.3:99999")
+    # torch elastic's agent's options: accepted at their defaults, refused by name otherwise
+    LaunchConfig(rdzv_backend="static", rdzv_id="none", monitor_interval=0.1)
+    for given in ({"rdzv_backend": "c10d"}, {"monitor_interval": 5}, {"rdzv_conf": {"is_host": 1}}):
+        with pytest.raises(NotProvidedError, match="torch elastic"):
+            LaunchConfig(**given)
+
+
+def _never_runs() -> None:
+    raise AssertionError("machine 0 is unreachable: no rank runs")
+
+
+def test_rdzv_endpoint_and_timeout_reach_the_launch() -> None:
+    """Machine 1 of 2 waits rdzv_conf's timeout for machine 0 at rdzv_endpoint, then says so."""
+    start = time.monotonic()
+    with pytest.raises(Exception, match="192.0.2.1") as caught:
+        notebook_launcher(
+            _never_runs,
+            num_processes=1,
+            hardware="cpu",
+            num_nodes=2,
+            node_rank=1,
+            rdzv_endpoint="192.0.2.1:29473",  # TEST-NET-1: never routed
+            rdzv_conf={"timeout": 3},
+        )
+    assert "AssertionError" not in str(caught.value)
+    assert time.monotonic() - start < 30  # not the launcher's default wait

@@ -127,6 +127,7 @@ def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
         "big_modeling.py",
         "config.py",
         "demo.py",
+        "devices.py",
         "env.py",
         "errors.py",
         "hooks.py",
@@ -138,6 +139,7 @@ def test_every_part_is_a_folder_and_the_ground_is_small() -> None:
         "quiet.py",
         "refusals.py",
         "seeding.py",
+        "signatures.py",
         "state.py",
         "surface.py",
         "tracking.py",
@@ -391,3 +393,25 @@ def test_accelerates_process_aliases_are_defined_once() -> None:
                     found.append(f"{module}.{cls.name}.{name}")
     where = {entry.rsplit(".", 1)[0] for entry in found}
     assert where == {"notebook_accel.training.process.ProcessView"}, found
+
+
+# accelerate 1.16's ranks along the mesh: an Accelerator's facts (its parallelism_config), so
+# defined once, on the Accelerator (PartialState and AcceleratorState have no mesh).
+MESH_RANKS = {
+    "data_parallel_rank",
+    "data_parallel_shard_rank",
+    "tensor_parallel_rank",
+    "context_parallel_rank",
+    "pipeline_parallel_rank",
+}
+
+
+def test_the_mesh_ranks_are_defined_once() -> None:
+    found = []
+    for module, (path, _) in sorted(MODULES.items()):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if isinstance(cls, ast.ClassDef):
+                names = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+                found += [f"{module}.{cls.name}" for _ in names & MESH_RANKS]
+    assert set(found) == {"notebook_accel.training.accelerator.Accelerator"}, found
+    assert len(found) == len(MESH_RANKS)

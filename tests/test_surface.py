@@ -1,9 +1,12 @@
-"""No silent gaps: every public name of accelerate 1.15's modules resolves here, provided or
-refused on purpose with a reason; README's migration section is the table rendered.
+"""No silent gaps against accelerate 1.16 (the ``dev`` pin): every public name of its modules,
+every parameter of each function and class provided, and every public attribute of its
+``Accelerator`` (class and instance) resolves here, provided or refused on purpose with a
+reason; README's migration section is the table rendered.
 
 accelerate's public names in a module are its attributes without a leading underscore that
 are not submodules (accelerate has no ``__all__``), less the standard library's objects its
-imports bring (``surface.accelerate_names``).
+imports bring (``surface.accelerate_names``); parameters and attributes: ``signatures.py``.
+A later accelerate's additions fail these tests until each is provided or refused.
 """
 
 from __future__ import annotations
@@ -82,13 +85,17 @@ def test_a_refused_name_imports_and_says_why_when_used() -> None:
     assert "Megatron-LM is not supported" in message and "Use FSDP" in message
     with pytest.raises(NotProvidedError, match="device family"):
         is_hpu_available()
-    from notebook_accel import prepare_pippy
     from notebook_accel.state import SharedDict
 
-    with pytest.raises(NotProvidedError, match="PiPPy"):
-        prepare_pippy(None)
     with pytest.raises(NotProvidedError, match="Borg"):
         SharedDict()
+    # accelerate 1.16 removed PiPPy and MS-AMP: gone here too, as there
+    for module, name in (
+        (notebook_accel, "prepare_pippy"),
+        (notebook_accel.utils, "MSAMPRecipeKwargs"),
+        (notebook_accel.utils, "FP8RecipeKwargs"),
+    ):
+        assert not hasattr(module, name)
 
 
 def test_a_name_neither_provided_nor_refused_is_an_attribute_error() -> None:
@@ -162,7 +169,10 @@ def test_the_census_names_take_accelerates_arguments(theirs: str, name: str) -> 
     a = getattr(importlib.import_module(theirs), name)
     o = getattr(importlib.import_module(surface.SHIMS[theirs]), name)
     if isinstance(a, type) and issubclass(a, enum.Enum):
-        assert {(m.name, m.value) for m in o} == {(m.name, m.value) for m in a}
+        # ours may add a member, named as accelerate's own rule names it: MULTI_TPU
+        extra = {("MULTI_TPU", "MULTI_TPU")} if name == "DistributedType" else set()
+        assert {(m.name, m.value) for m in o} == {(m.name, m.value) for m in a} | extra
+        assert str(next(iter(o))) == str(next(iter(a)))  # "DistributedType.NO" both
         return
     a, o = (a.__init__, o.__init__) if isinstance(a, type) else (a, o)
 
@@ -172,9 +182,108 @@ def test_the_census_names_take_accelerates_arguments(theirs: str, name: str) -> 
         return [p.name for p in parameters if p.kind not in kinds and p.name != "self"]
 
     theirs_names = [n for n in named(a) if not n.startswith("_")]
-    # accelerate's plugins we do not have (torch_tp_plugin, megatron_lm_plugin) go to **kwargs
-    if name == "AcceleratorState":
-        theirs_names = [
-            n for n in theirs_names if n not in ("torch_tp_plugin", "megatron_lm_plugin")
-        ]
     assert named(o)[: len(theirs_names)] == theirs_names
+
+
+# ---- parameters and the Accelerator's attributes (signatures.py) ---------------------------
+def test_every_parameter_of_accelerate_is_taken_here() -> None:
+    """Each function and class a shim provides takes every parameter of accelerate's (or
+    refuses it by name), and no positional argument binds to another parameter."""
+    from notebook_accel import signatures
+
+    pytest.importorskip("accelerate")
+    found = [
+        signatures.census(where, theirs, ours, signatures.key_of(ours))
+        for where, (theirs, ours) in signatures.callables().items()
+    ]
+    assert len(found) > 100
+    gaps = {c.where: c.gaps for c in found if c.gaps}
+    misbound = {c.where: c.misbound for c in found if c.misbound}
+    assert not gaps, f"parameters neither taken nor refused: {gaps}"
+    assert not misbound, f"positional arguments bound to another name: {misbound}"
+
+
+def test_every_attribute_of_accelerates_accelerator_is_here() -> None:
+    """Its class's and a CPU instance's public attributes (each made in a fresh process),
+    and each method's parameters."""
+    from notebook_accel import signatures
+
+    pytest.importorskip("accelerate")
+    attributes, methods = signatures.attribute_census()
+    assert len(attributes.provided) + len(attributes.refused) > 100
+    assert not attributes.gaps, f"Accelerator attributes missing here: {attributes.gaps}"
+    wrong = {m.where: (m.gaps, m.misbound) for m in methods if m.gaps or m.misbound}
+    assert not wrong, f"Accelerator methods' parameters: {wrong}"
+
+
+def test_the_census_sees_gaps_refusals_and_misbinding() -> None:
+    from notebook_accel import signatures
+
+    def theirs(model, megatron_lm_plugin=None, steps=1, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return None
+
+    def ours(model, *, steps: int = 1, **kwargs: object) -> None:
+        return None
+
+    def swapped(steps: int, model: object, megatron_lm_plugin: object = None) -> None:
+        return None
+
+    found = signatures.census("theirs", theirs, ours, "Accelerator")
+    assert (found.provided, found.gaps, found.misbound) == (
+        ["model", "steps"],
+        ["megatron_lm_plugin"],
+        [],
+    )
+    found = signatures.census("theirs", theirs, swapped, "Accelerator")
+    assert list(found.refused) == ["megatron_lm_plugin"] and not found.gaps
+    assert found.misbound == [
+        (0, "model", "steps"),
+        (1, "megatron_lm_plugin", "model"),
+        (2, "steps", "megatron_lm_plugin"),
+    ]
+
+
+def test_a_refusal_of_a_parameter_or_attribute_names_the_missing_software() -> None:
+    reasons = [
+        (f"{where}({name}=)", entry.reason)
+        for where, table in refusals.PARAMETERS.items()
+        for name, entry in table.items()
+    ] + [(f"Accelerator.{name}", reason) for name, reason in refusals.ATTRIBUTES.items()]
+    assert reasons
+    vague = [where for where, reason in reasons if not reason.missing.strip()]
+    assert not vague, f"refused without naming the missing software: {vague}"
+
+
+def _refusing_calls() -> dict[str, object]:
+    import torch
+
+    import notebook_accel
+    from notebook_accel.big_modeling import load_checkpoint_in_model
+    from notebook_accel.config import LaunchConfig
+    from notebook_accel.utils import set_module_tensor_to_device
+
+    layer = torch.nn.Linear(1, 1)
+    return {
+        "Accelerator": lambda **kw: notebook_accel.Accelerator(cpu=True, **kw),
+        # notebook_launcher's options are the table's fields, checked before any process
+        "notebook_launcher": lambda **kw: LaunchConfig(**kw),
+        "load_checkpoint_in_model": lambda **kw: load_checkpoint_in_model(
+            layer, "no-such-file", **kw
+        ),
+        "set_module_tensor_to_device": lambda **kw: set_module_tensor_to_device(
+            layer, "weight", "cpu", **kw
+        ),
+    }
+
+
+def test_a_refused_parameter_is_taken_and_refuses_any_value_but_its_default() -> None:
+    calls = _refusing_calls()
+    assert set(calls) == set(refusals.PARAMETERS)  # a new refusal needs a call here
+    for where, table in refusals.PARAMETERS.items():
+        for name, entry in table.items():
+            with pytest.raises(NotProvidedError) as caught:
+                calls[where](**{name: object()})  # type: ignore[operator]
+            assert f"{where}({name}=" in str(caught.value), (where, name)
+            assert entry.reason.why in str(caught.value)
+    # at its default it passes the refusal (the call then goes on)
+    refusals.refuse_given("notebook_launcher", monitor_interval=0.1, rdzv_backend="static")

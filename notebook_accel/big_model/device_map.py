@@ -8,7 +8,7 @@ or its class may not be split (a residual block), and then the next device is tr
 
 The main devices (the first GPU and the CPU, or the CPU alone) keep room for the largest
 block still to come: an offloaded block is brought there to run. Tied parameters go with
-the module that holds their first name. The same walk as accelerate 1.15, so the same map.
+the module that holds their first name. The same walk as accelerate 1.16, so the same map.
 """
 
 from __future__ import annotations
@@ -139,7 +139,10 @@ class _Walk:
         holders: list[Entry] = []
         for param in tied:
             entries = self.waiting if among is None else among
-            holder = next((e for e in entries if param.startswith(e[0] + ".")), None)
+            # the entry may be the tied parameter itself (accelerate 1.16: ``== n`` too)
+            holder = next(
+                (e for e in entries if param == e[0] or param.startswith(e[0] + ".")), None
+            )
             if holder is None:
                 continue
             holders.append(holder)

@@ -29,7 +29,12 @@ from notebook_accel.big_model.offload import (
     read_index,
     write_tensors,
 )
-from notebook_accel.big_model.tensors import named_module_tensors, set_module_tensor_to_device
+from notebook_accel.big_model.tensors import (
+    move_keeping_ties,
+    named_module_tensors,
+    set_module_tensor_to_device,
+)
+from notebook_accel.devices import normalize_device
 from notebook_accel.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -171,7 +176,7 @@ def dispatch_model(
     check_device_map(model, device_map)
     devices = list(dict.fromkeys(device_map.values()))
     if len(devices) == 1 and devices[0] != "disk" and not force_hooks:
-        model.to(devices[0])
+        move_keeping_ties(model, normalize_device(devices[0]))
         model.hf_device_map = dict(device_map)  # type: ignore[assignment]
         return model
     gpus = [device for device in devices if device not in ("cpu", "disk")]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from notebook_accel.big_model.moves import find_device, send_to_device
 from notebook_accel.big_model.tensors import named_module_tensors, set_module_tensor_to_device
+from notebook_accel.devices import normalize_device
 
 if TYPE_CHECKING:
     import torch
@@ -156,6 +157,9 @@ class AlignDevicesHook(ModelHook):
         offload_buffers: lend the buffers too (else they live on the execution device).
         place_submodules: the submodules' tensors too, not only the module's own.
         skip_keys: keyword inputs left where they are.
+        tied_params_map: accelerate's record of tied weights lent on a device
+            (``{data_ptr of the offloaded tensor: {device: tensor}}``), shared by the hooks
+            of one model: a tied weight is lent once per forward and dropped after it.
 
     Example:
         >>> hook = AlignDevicesHook(execution_device="cpu", offload=True)
@@ -171,9 +175,11 @@ class AlignDevicesHook(ModelHook):
         offload_buffers: bool = False,
         place_submodules: bool = False,
         skip_keys: str | list[str] | None = None,
-        **_: Any,
+        tied_params_map: dict[int, dict[Any, torch.Tensor]] | None = None,
     ) -> None:
         self.execution_device = execution_device
+        self.tied_params_map = tied_params_map
+        self._tied_lent: list[tuple[int, Any]] = []
         self.offload = offload
         self.io_same_device = io_same_device
         self.weights_map = weights_map
@@ -221,9 +227,15 @@ class AlignDevicesHook(ModelHook):
             self.input_device = find_device([args, kwargs])
         device = self.execution_device
         if self.offload and self.weights_map is not None:
-            device = device if device is not None else "cpu"
+            device = normalize_device(device if device is not None else "cpu")
+            tied, lent = self.tied_params_map, []
             for name in self._lent(module):
-                set_module_tensor_to_device(module, name, device, value=self.weights_map[name])
+                value = self.weights_map[name]
+                record = None if tied is None else tied.get(value.data_ptr())
+                if record is not None and device not in record:
+                    lent.append((value.data_ptr(), device))
+                set_module_tensor_to_device(module, name, device, value=value, tied_params_map=tied)
+            self._tied_lent = lent
         if device is None:
             return args, kwargs
         return send_to_device(args, device), send_to_device(
@@ -234,6 +246,10 @@ class AlignDevicesHook(ModelHook):
         if self.offload:
             for name in self._lent(module):
                 set_module_tensor_to_device(module, name, "meta")
+            # the tied weights this forward lent go too, so that their memory is freed
+            for pointer, device in self._tied_lent:
+                self.tied_params_map[pointer].pop(device, None)  # type: ignore[index]
+            self._tied_lent = []
         if self.io_same_device and self.input_device is not None:
             output = send_to_device(output, self.input_device, skip_keys=self.skip_keys)
         return output

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from notebook_accel import refusals
 from notebook_accel.big_model.device_map import infer_auto_device_map
 from notebook_accel.big_model.dispatch import dispatch_model, entry_of
 from notebook_accel.big_model.memory import get_balanced_memory
@@ -117,8 +118,10 @@ def load_checkpoint_in_model(
     offload_state_dict: bool = False,
     offload_buffers: bool = False,
     keep_in_fp32_modules: list[str] | None = None,
+    offload_8bit_bnb: bool = False,
     strict: bool = False,
-    **_: Any,
+    full_state_dict: bool = True,
+    broadcast_from_rank0: bool = False,
 ) -> None:
     """Load ``checkpoint`` into ``model``, each tensor on its device (``"disk"``: the folder).
 
@@ -133,12 +136,22 @@ def load_checkpoint_in_model(
             time, so the CPU part never waits beside a whole shard.
         offload_buffers: write the disk entries' buffers to the folder too.
         keep_in_fp32_modules: module names kept in float32 when ``dtype`` is float16.
+        offload_8bit_bnb: bitsandbytes' 8-bit offload; refused (no bitsandbytes here).
         strict: refuse checkpoint names the model does not have.
+        full_state_dict: without a ``device_map``, a model whose parameters are sharded
+            (DTensors: FSDP2, tensor parallel) takes the file as a full state dict (``True``)
+            or as its shards (``False``), through torch's ``set_model_state_dict``.
+        broadcast_from_rank0: without a ``device_map``, only rank 0 reads the file and the
+            others receive its tensors (a process group is needed), as accelerate's.
 
     Example:
         >>> load_checkpoint_in_model(model, "ckpt/model.safetensors.index.json")
         ... # doctest: +SKIP
     """
+    refusals.refuse_given("load_checkpoint_in_model", offload_8bit_bnb=offload_8bit_bnb)
+    if device_map is None and (broadcast_from_rank0 or _has_dtensors(model)):
+        _load_distributed(model, checkpoint, strict, full_state_dict, broadcast_from_rank0)
+        return
     cast = as_dtype(dtype)
     ties = find_tied_parameters(model)
     state = model.state_dict(keep_vars=True)
@@ -170,6 +183,40 @@ def load_checkpoint_in_model(
     if unexpected:
         _log.warning("%s: names the model does not have: %s", checkpoint, unexpected)
     _retie(model, ties, device_map, offload_folder)
+
+
+def _has_dtensors(model: nn.Module) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def _load_distributed(
+    model: nn.Module,
+    checkpoint: str | os.PathLike[str],
+    strict: bool,
+    full_state_dict: bool,
+    broadcast_from_rank0: bool,
+) -> None:
+    """The file through torch's ``set_model_state_dict``: into sharded parameters, and with
+    ``broadcast_from_rank0`` read by rank 0 alone (accelerate's path without a device map)."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if broadcast_from_rank0 and not dist.is_initialized():
+        raise ConfigError(
+            "broadcast_from_rank0", True, "False outside a process group (one process reads)"
+        )
+    reads = not broadcast_from_rank0 or dist.get_rank() == 0
+    loaded: dict[str, Any] = {
+        name: tensor
+        for path in (checkpoint_files(checkpoint) if reads else [])
+        for name, tensor in _tensors(path)
+    }
+    options = StateDictOptions(
+        full_state_dict=full_state_dict, strict=strict, broadcast_from_rank0=broadcast_from_rank0
+    )
+    set_model_state_dict(model, loaded, options=options)
 
 
 def _retie(
@@ -219,7 +266,8 @@ def load_checkpoint_and_dispatch(
     preload_module_classes: list[str] | None = None,
     force_hooks: bool = False,
     strict: bool = False,
-    **_: Any,
+    full_state_dict: bool = True,
+    broadcast_from_rank0: bool = False,
 ) -> nn.Module:
     """Load a checkpoint into an empty model and spread it over GPUs, the CPU and the disk.
 
@@ -234,8 +282,9 @@ def load_checkpoint_and_dispatch(
         offload_folder: where the blocks the map sends to disk are kept.
         offload_buffers: offload buffers with the parameters.
         dtype: floating weights are loaded in this dtype.
-        offload_state_dict, skip_keys, preload_module_classes, force_hooks, strict: as in
-            ``load_checkpoint_in_model`` and ``dispatch_model``.
+        offload_state_dict, skip_keys, preload_module_classes, force_hooks, strict,
+            full_state_dict, broadcast_from_rank0: as in ``load_checkpoint_in_model`` and
+            ``dispatch_model``.
 
     Example:
         >>> from notebook_accel.big_modeling import init_empty_weights
@@ -268,6 +317,8 @@ def load_checkpoint_and_dispatch(
         dtype=dtype,
         offload_buffers=offload_buffers,
         strict=strict,
+        full_state_dict=full_state_dict,
+        broadcast_from_rank0=broadcast_from_rank0,
     )
     if device_map is None:
         return model

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from notebook_accel import devices
 from notebook_accel.big_model.tensors import compute_module_sizes, convert_file_size_to_int
 from notebook_accel.errors import ConfigError
 from notebook_accel.memory_probe import available_memory
@@ -43,6 +44,10 @@ def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> Budg
         if torch.cuda.is_available():
             for index in range(torch.cuda.device_count()):
                 found[index] = torch.cuda.mem_get_info(index)[0]
+        elif devices.get_torch_accelerator_backend()[0] == "tpu":
+            # TorchTPU: a process drives one chip, its own (accelerate 1.16's budget)
+            index = torch.accelerator.current_device_index()
+            found[index] = devices.get_accelerator_free_memory(torch.accelerator, index)
         if torch.backends.mps.is_available():
             found["mps"] = available_memory()  # MPS shares the host's RAM: no second budget
         else:
@@ -52,7 +57,7 @@ def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> Budg
     unknown = [key for key in budgets if not isinstance(key, int) and key not in _PLACES]
     if unknown:
         raise ConfigError("max_memory", unknown[0], "GPU ids (ints), 'mps', 'cpu' or 'disk'")
-    visible = torch.cuda.device_count()
+    visible = torch.cuda.device_count() or torch.accelerator.device_count()
     gpus = sorted(key for key in budgets if isinstance(key, int))
     for index in gpus:
         if not 0 <= index < visible:
@@ -127,6 +132,7 @@ def get_balanced_memory(
     for index in gpus[:-1]:
         budgets[index] = min(budgets[0] if low_zero and index == 0 else share, budgets[index])
     if low_zero:
-        rest = sum(budgets[index] for index in range(1, count))
+        # the other GPUs by their ids, which need not be 1 .. count-1 (accelerate 1.16's fix)
+        rest = sum(budgets[index] for index in gpus[1:])
         budgets[0] = min(max(0, sizes[""] - rest), budgets[0])
     return budgets

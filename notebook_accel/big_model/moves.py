@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from notebook_accel.devices import normalize_device
+
 
 def send_to_device(
     tensor: Any,
@@ -28,6 +30,7 @@ def send_to_device(
         {'x': tensor([1., 1.]), 'n': 3}
     """
     if hasattr(tensor, "to") and not isinstance(tensor, type):
+        device = normalize_device(device)  # an index is a TorchTPU chip, an XPU... off CUDA
         try:
             return tensor.to(device, non_blocking=non_blocking)
         except TypeError:  # a .to that takes no non_blocking

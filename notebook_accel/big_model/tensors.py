@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from notebook_accel import devices, refusals
 from notebook_accel.errors import ConfigError
 from notebook_accel.private import torch as private_torch
 
@@ -119,7 +120,10 @@ def set_module_tensor_to_device(
     device: int | str | torch.device,
     value: torch.Tensor | None = None,
     dtype: str | torch.dtype | None = None,
-    **_: Any,
+    fp16_statistics: torch.Tensor | None = None,
+    tied_params_map: dict[int, dict[Any, torch.Tensor]] | None = None,
+    non_blocking: bool = False,
+    clear_cache: bool = True,
 ) -> None:
     """Put one parameter or buffer of ``module`` on ``device``, with ``value`` if given.
 
@@ -127,6 +131,17 @@ def set_module_tensor_to_device(
     ``requires_grad``). ``value`` is cast to the old tensor's dtype, or to ``dtype`` when
     given (integer and boolean values keep theirs); a meta tensor needs a ``value`` to go
     anywhere but the meta device.
+
+    Args:
+        module, tensor_name, device, value, dtype: as above (an int ``device`` is an
+            accelerator index: ``normalize_device``).
+        fp16_statistics: bitsandbytes' 8-bit statistics; refused (no bitsandbytes here).
+        tied_params_map: accelerate's record of tied weights already on a device:
+            ``{data_ptr of the source tensor: {device: the tensor there}}``. A tensor whose
+            source is listed with ``device`` reuses that tensor (no second copy); one whose
+            source is listed without it is recorded once placed.
+        non_blocking: copy asynchronously where the device allows it.
+        clear_cache: empty the device's cache after placing on an accelerator.
 
     Example:
         >>> import torch, torch.nn as nn
@@ -137,12 +152,19 @@ def set_module_tensor_to_device(
     """
     import torch
 
+    refusals.refuse_given("set_module_tensor_to_device", fp16_statistics=fp16_statistics)
+    device = devices.normalize_device(device)
     owner, leaf = _owner(module, tensor_name)
     if not private_torch.has_tensor(owner, leaf):
         raise ConfigError(
             "tensor_name", tensor_name, f"a parameter or buffer of {type(owner).__name__}"
         )
     old = getattr(owner, leaf)
+    sources = [t for t in (value, old) if t is not None]
+    there = _tied_on(tied_params_map, sources, device)
+    if there is not None:  # a weight tied to this one is on that device already: share it
+        _store(owner, leaf, old, there)
+        return
     target = torch.device(device) if not isinstance(device, torch.device) else device
     cast = as_dtype(dtype)
     if value is None and old.device.type == "meta" and target.type != "meta":
@@ -155,17 +177,47 @@ def set_module_tensor_to_device(
                 value = value.to(old.dtype)
             elif not keeps_dtype(value):
                 value = value.to(cast)
-            new = value.to(target)
+            new = value.to(target, non_blocking=non_blocking)
         else:
-            new = old.to(target)
+            new = old.to(target, non_blocking=non_blocking)
             if cast is not None and target.type == "meta" and not keeps_dtype(old):
                 new = new.to(cast)
-        if private_torch.is_buffer(owner, leaf):
-            private_torch.set_buffer(owner, leaf, new)
-        elif new is not old:
-            private_torch.set_parameter(
-                owner, leaf, type(old)(new, requires_grad=old.requires_grad)
-            )
+        placed = _store(owner, leaf, old, new)
+    if clear_cache and target.type not in ("cpu", "meta"):
+        devices.empty_cache()
+    for source in sources if tied_params_map is not None else ():
+        record = tied_params_map.get(source.data_ptr())  # type: ignore[union-attr]
+        if record is not None and device not in record:
+            record[device] = placed
+            break
+
+
+def _tied_on(
+    tied_params_map: dict[int, dict[Any, torch.Tensor]] | None,
+    sources: list[torch.Tensor],
+    device: Any,
+) -> torch.Tensor | None:
+    """The tensor the map holds on ``device`` for one of ``sources`` (value first), if any."""
+    for source in sources if tied_params_map is not None else ():
+        there = tied_params_map.get(source.data_ptr(), {}).get(device)  # type: ignore[union-attr]
+        if there is not None:
+            return there
+    return None
+
+
+def _store(owner: nn.Module, leaf: str, old: Any, new: Any) -> Any:
+    """Make ``new`` the module's tensor ``leaf`` (a parameter of ``old``'s class, or a
+    buffer); return what the module now holds."""
+    if private_torch.is_buffer(owner, leaf):
+        private_torch.set_buffer(owner, leaf, new)
+        return new
+    if new is old or isinstance(new, type(old)):
+        if new is not old:
+            private_torch.set_parameter(owner, leaf, new)
+        return new
+    param = type(old)(new, requires_grad=old.requires_grad)
+    private_torch.set_parameter(owner, leaf, param)
+    return param
 
 
 def compute_module_sizes(
@@ -234,3 +286,16 @@ def retie_parameters(model: nn.Module, tied_params: list[list[str]]) -> None:
         kept = next((p for p in params if p is not None and p.device.type != "meta"), params[0])
         for module, leaf in owners:
             private_torch.set_parameter(module, leaf, kept)
+
+
+def move_keeping_ties(model: nn.Module, device: Any) -> nn.Module:
+    """``model.to(device)``; on TorchTPU (``"tpu"``), whose ``.to()`` unties shared weights,
+    the tied parameters are tied again after the move (as accelerate 1.16 does)."""
+    import torch
+
+    if torch.device(device).type != "tpu":
+        return model.to(device)
+    ties = find_tied_parameters(model)
+    model.to(device)
+    retie_parameters(model, ties)
+    return model

@@ -3,7 +3,8 @@
 Each kind of hardware is a small class with one interface (availability, process bounds,
 precisions, backend); ``resolve`` picks one and checks a LaunchConfig against it. CUDA devices
 come from NVML (``gpu.py``), TPU devices per host from the accelerator type
-(``tpu.py``); each answer keeps a sentence on how it was found (``notebook-accel env``).
+(``tpu.py``) for torch_xla, or TorchTPU's chips from the PCI bus (``torchtpu.py``); each answer
+keeps a sentence on how it was found (``notebook-accel env``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..config import LaunchConfig
 from ..errors import ConfigError
 from ..options import rules
 from . import gpu as hardware_gpu
+from . import torchtpu
 from . import tpu as hardware_tpu
 
 __all__ = ["Machine", "Plan", "detect", "resolve", "kinds", "HardwareKind", "usable_cores"]
@@ -45,6 +47,8 @@ class Machine:
     cuda_mig: bool = False
     cuda_method: str = ""
     tpu_method: str = ""
+    torchtpu_chips: int = 0  # TorchTPU's chips (torch_xla absent, torch_tpu installed)
+    torchtpu_type: str = ""
 
     @property
     def cuda_count(self) -> int:
@@ -183,12 +187,49 @@ class _Tpu(HardwareKind):
         return f"{self.label(machine)}, {machine.tpu_cores} devices on this host"
 
 
-_KINDS: dict[str, HardwareKind] = {k.name: k for k in (_Tpu(), _Cuda(), _Mps(), _Cpu())}
+class _TorchTpu(HardwareKind):
+    """TPU chips through TorchTPU: this machine's workers, one per chip, ``tpu_dist`` groups;
+    one process unless the parent set TorchTPU's launch variables (torchtpu.py)."""
+
+    name, backend, device_type = "tpu", "tpu_dist", "tpu"
+
+    def available(self, machine: Machine) -> bool:
+        return machine.torchtpu_chips > 0
+
+    def count(self, machine: Machine) -> int:
+        return machine.torchtpu_chips if torchtpu.launch_env() else 1
+
+    def precisions(self, machine: Machine) -> tuple[str, ...]:
+        return ("no", "bf16")  # no GradScaler op on TorchTPU: no fp16 (nor in accelerate)
+
+    def label(self, machine: Machine) -> str:
+        return f"TPU {machine.torchtpu_type} (TorchTPU)".replace("  ", " ")
+
+    def describe(self, machine: Machine) -> str:
+        chips = f"{machine.torchtpu_chips} chips on this host"
+        if torchtpu.launch_env():
+            return f"{self.label(machine)}, {chips}"
+        return (
+            f"{self.label(machine)}, {chips}; one process until TorchTPU's launch variables "
+            "are set: call torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=N) in "
+            "the notebook first"
+        )
+
+
+_ALL_KINDS = (_Tpu(), _TorchTpu(), _Cuda(), _Mps(), _Cpu())
+_KINDS: dict[str, HardwareKind] = {}
+for _kind in _ALL_KINDS:
+    _KINDS.setdefault(_kind.name, _kind)
 
 
 def kinds(machine: Machine) -> list[HardwareKind]:
-    """The hardware kinds this machine has, best first (TPU, CUDA, MPS, CPU)."""
-    return [k for k in _KINDS.values() if k.available(machine)]
+    """The hardware kinds this machine has, best first (TPU, CUDA, MPS, CPU); a TPU is
+    torch_xla's where it is installed, else TorchTPU's."""
+    found: list[HardwareKind] = []
+    for kind in _ALL_KINDS:
+        if kind.available(machine) and all(k.name != kind.name for k in found):
+            found.append(kind)
+    return found
 
 
 @functools.lru_cache(maxsize=1)
@@ -200,6 +241,16 @@ def _torch_cpu_fp16() -> bool:
         return bool(torch.amp.autocast_mode.is_autocast_available("cpu"))
     except Exception:
         return False
+
+
+def _torchtpu() -> tuple[int, str]:
+    """TorchTPU's chips, where torch_tpu is installed and torch_xla (which takes TPUs
+    otherwise) is not."""
+    if importlib.util.find_spec("torch_xla") is not None:
+        return 0, ""
+    if importlib.util.find_spec("torch_tpu") is None:
+        return 0, ""
+    return torchtpu.chips()
 
 
 def _tpu() -> tuple[int, str, str]:
@@ -248,6 +299,7 @@ def detect() -> Machine:
     known = [d.capability for d in cuda.devices if d.capability is not None]
     lowest = min(known) if known and len(known) == len(cuda.devices) else None
     tpu_cores, tpu_type, tpu_method = _tpu()
+    torchtpu_chips, torchtpu_type = _torchtpu()
     return Machine(
         cpu_cores=usable_cores(),
         cuda_names=tuple(d.name for d in cuda.devices),
@@ -260,6 +312,8 @@ def detect() -> Machine:
         cuda_mig=any(d.mig for d in cuda.devices),
         cuda_method=cuda.method,
         tpu_method=tpu_method,
+        torchtpu_chips=torchtpu_chips,
+        torchtpu_type=torchtpu_type,
     )
 
 
@@ -269,9 +323,10 @@ def resolve(config: LaunchConfig, machine: Machine | None = None) -> Plan:
     if config.hardware == "auto":
         kind = kinds(machine)[0]
     else:
-        kind = _KINDS[config.hardware]
+        present = {k.name: k for k in kinds(machine)}
+        kind = present.get(config.hardware, _KINDS[config.hardware])
         if not kind.available(machine):
-            have = ", ".join(repr(k.name) for k in kinds(machine))
+            have = ", ".join(repr(name) for name in present)
             raise ConfigError("hardware", config.hardware, f"hardware this machine has ({have})")
     bound = kind.count(machine)
     n = config.num_processes or kind.default_processes(machine)

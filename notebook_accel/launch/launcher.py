@@ -167,6 +167,12 @@ def notebook_launcher(
     deepspeed: Any = None,
     parallelism_config: Any = None,
     dynamo_backend: str | None = None,
+    rdzv_endpoint: str | None = None,
+    rdzv_conf: dict[str, float] | None = None,
+    rdzv_backend: str | None = None,
+    rdzv_id: str | None = None,
+    monitor_interval: float | None = None,
+    log_line_prefix_template: str | None = None,
 ) -> list[Any]:
     """Run ``function(*args)`` on ``num_processes`` worker processes and return every result.
 
@@ -212,7 +218,9 @@ def notebook_launcher(
             except ValueError:
                 raise ConfigError("use_port", use_port, "a TCP port number") from None
         config = LaunchConfig.from_defaults(**options)
-        return launch(function, args, kwargs, config)
+        return launch(
+            function, args, kwargs, config, wait_for_machine_0=config.wait_for_machine_0()
+        )
 
 
 notebook_launcher.__doc__ = document(notebook_launcher.__doc__)

@@ -96,12 +96,22 @@ class DeepSpeedPlugin:
         gradient_clipping: max gradient norm DeepSpeed clips to in its step; ``None``: the
             config's (none).
         zero_stage: 0, 1, 2 or 3; ``None``: the config's, else 2 (accelerate's default).
+        is_train_batch_min: the config's ``"auto"`` micro-batch is the smallest batch size of
+            the loaders prepared with the model (``False``: the largest), as accelerate's.
         offload_optimizer_device: ``"none"``, ``"cpu"`` or ``"nvme"`` (ZeRO 1-3).
         offload_param_device: ``"none"``, ``"cpu"`` or ``"nvme"`` (ZeRO 3).
-        zero3_save_16bit_model: accepted for accelerate's signature (``save_model`` always
-            gathers the whole state dict).
+        offload_optimizer_nvme_path: the folder ``"nvme"`` offloads optimizer state to.
+        offload_param_nvme_path: the folder ``"nvme"`` offloads parameters to. NVMe offload
+            needs DeepSpeed's ``async_io`` op (libaio): where DeepSpeed has not built it,
+            the Accelerator refuses ``"nvme"`` by name.
         zero3_init_flag: build models partitioned (ZeRO-3 only; ``None``: on at stage 3, as
             in accelerate); see :meth:`zero3_init_context_manager`.
+        zero3_save_16bit_model: accepted for accelerate's signature (``save_model`` always
+            gathers the whole state dict).
+        transformer_moe_cls_names: comma-separated class names of a model's mixture-of-experts
+            blocks (``"MixtralSparseMoeBlock"``): ZeRO-3 gathers each as one leaf
+            (``deepspeed.utils.set_z3_leaf_modules``), as accelerate's.
+        config: (ours, keyword-only) the config as read; filled at construction.
 
     A config's ``"optimizer"``/``"scheduler"`` sections are built by DeepSpeed: prepare a
     ``DummyOptim``/``DummyScheduler`` (``notebook_accel.utils``) for them, as with accelerate.
@@ -119,11 +129,15 @@ class DeepSpeedPlugin:
     gradient_accumulation_steps: int | str | None = None
     gradient_clipping: float | None = None
     zero_stage: int | None = None
+    is_train_batch_min: bool = True
     offload_optimizer_device: str | None = None
     offload_param_device: str | None = None
-    zero3_save_16bit_model: bool | None = None
+    offload_optimizer_nvme_path: str | None = None
+    offload_param_nvme_path: str | None = None
     zero3_init_flag: bool | None = None
-    config: dict[str, Any] = field(default_factory=dict, repr=False)
+    zero3_save_16bit_model: bool | None = None
+    transformer_moe_cls_names: str | None = None
+    config: dict[str, Any] = field(default_factory=dict, repr=False, kw_only=True)
     # The Accelerator's settings (training/strategies/deepspeed.py binds them): zero.Init's config.
     _settings: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -135,17 +149,14 @@ class DeepSpeedPlugin:
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise ConfigError("zero_stage", self.zero_stage, "one of 0, 1, 2, 3")
         zero["stage"] = self.zero_stage
-        for name, key in (
-            ("offload_optimizer_device", "offload_optimizer"),
-            ("offload_param_device", "offload_param"),
-        ):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if value not in OFFLOAD_DEVICES:
-                raise ConfigError(name, value, "one of " + ", ".join(map(repr, OFFLOAD_DEVICES)))
-            if value != "none":
-                zero.setdefault(key, {})["device"] = value
+        self._offload(zero)
+        if not isinstance(self.is_train_batch_min, bool):
+            raise ConfigError("is_train_batch_min", self.is_train_batch_min, "True or False")
+        names = self.transformer_moe_cls_names
+        if names is not None and (not isinstance(names, str) or not names.strip()):
+            raise ConfigError(
+                "transformer_moe_cls_names", names, "comma-separated class names, or None"
+            )
         _check_steps(self.gradient_accumulation_steps)
         clip = self.gradient_clipping
         if clip is not None:
@@ -153,6 +164,25 @@ class DeepSpeedPlugin:
                 raise ConfigError("gradient_clipping", clip, "a number >= 0 or None")
             self.config["gradient_clipping"] = float(clip)
         self._zero3_defaults(zero)
+
+    def _offload(self, zero: dict[str, Any]) -> None:
+        """The offload fields into ZeRO's config (the NVMe folders with ``"nvme"``)."""
+        for name, key in (
+            ("offload_optimizer_device", "offload_optimizer"),
+            ("offload_param_device", "offload_param"),
+        ):
+            value = getattr(self, name)
+            path = getattr(self, f"{key}_nvme_path")
+            if path is not None and not isinstance(path, str | os.PathLike):
+                raise ConfigError(f"{key}_nvme_path", path, "a folder path or None")
+            if value is None:
+                continue
+            if value not in OFFLOAD_DEVICES:
+                raise ConfigError(name, value, "one of " + ", ".join(map(repr, OFFLOAD_DEVICES)))
+            if value != "none":
+                zero.setdefault(key, {})["device"] = value
+            if value == "nvme" and path is not None:
+                zero[key]["nvme_path"] = os.fspath(path)
 
     def _zero3_defaults(self, zero: dict[str, Any]) -> None:
         if self.zero_stage == 3 and self.hf_ds_config is None:
@@ -167,6 +197,20 @@ class DeepSpeedPlugin:
                 stacklevel=4,  # the user's DeepSpeedPlugin(...)
             )
             self.zero3_init_flag = False
+
+    @property
+    def offloads_to_nvme(self) -> bool:
+        """Whether the config offloads optimizer state or parameters to NVMe."""
+        zero = self.config.get("zero_optimization", {})
+        return any(
+            zero.get(key, {}).get("device") == "nvme"
+            for key in ("offload_optimizer", "offload_param")
+        )
+
+    def moe_classes(self) -> list[str]:
+        """The class names of ``transformer_moe_cls_names``, in order."""
+        names = self.transformer_moe_cls_names or ""
+        return [name.strip() for name in names.split(",") if name.strip()]
 
     def is_zero3_init_enabled(self) -> bool:
         """Whether models are built partitioned (``zero3_init_flag``), as in accelerate."""
@@ -319,10 +363,14 @@ _FIELDS = (
     "gradient_accumulation_steps",
     "gradient_clipping",
     "zero_stage",
+    "is_train_batch_min",
     "offload_optimizer_device",
     "offload_param_device",
-    "zero3_save_16bit_model",
+    "offload_optimizer_nvme_path",
+    "offload_param_nvme_path",
     "zero3_init_flag",
+    "zero3_save_16bit_model",
+    "transformer_moe_cls_names",
 )
 
 
@@ -368,8 +416,9 @@ def coerce_option(value: object) -> dict[str, Any] | None:
             + ", ".join(_FIELDS)
             + ")",
         )
-    if isinstance(fields.get("hf_ds_config"), os.PathLike):
-        fields["hf_ds_config"] = os.fspath(fields["hf_ds_config"])
+    for name in ("hf_ds_config", "offload_optimizer_nvme_path", "offload_param_nvme_path"):
+        if isinstance(fields.get(name), os.PathLike):
+            fields[name] = os.fspath(fields[name])
     DeepSpeedPlugin(**fields)  # validates every field
     try:
         json.dumps(fields)

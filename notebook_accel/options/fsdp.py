@@ -60,6 +60,12 @@ class FsdpConfig:
             then asks for transparent huge pages for blocks of 2 MiB and more) unless that
             variable is already set; torch reads it at the process's first allocation, so
             create the Accelerator before any tensor. Process-wide.
+        activation_checkpointing: recompute each auto-wrapped unit's activations in the
+            backward pass instead of keeping them (``torch.utils.checkpoint``, non-reentrant;
+            the units are ``auto_wrap_classes`` / ``min_num_params``'s, which it needs).
+        activation_checkpointing_offload: also keep the input each checkpointed unit saves
+            for its recompute in CPU memory (``torch.autograd.graph.save_on_cpu``) until the
+            backward pass; needs ``activation_checkpointing``.
 
     Example:
         >>> FsdpConfig(sharding_strategy="grad_op", auto_wrap_classes=("Linear",))
@@ -77,6 +83,8 @@ class FsdpConfig:
     hybrid_shard_size: int | None = None
     sync_module_states: bool = True
     return_freed_memory: bool = True
+    activation_checkpointing: bool = False
+    activation_checkpointing_offload: bool = False
 
     def __post_init__(self) -> None:
         # A list or a single name is a natural thing to type; store one canonical form.
@@ -98,6 +106,21 @@ class FsdpConfig:
             value = getattr(self, name)
             if value is not None and value not in DTYPES:
                 raise ConfigError(f"fsdp.{name}", value, _one_of([*DTYPES, None]))
+        for name in ("activation_checkpointing", "activation_checkpointing_offload"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"fsdp.{name}", getattr(self, name), "True or False")
+        if self.activation_checkpointing_offload and not self.activation_checkpointing:
+            raise ConfigError(
+                "fsdp.activation_checkpointing_offload",
+                True,
+                "False unless activation_checkpointing=True (as accelerate requires)",
+            )
+        if self.activation_checkpointing and not (self.auto_wrap_classes or self.min_num_params):
+            raise ConfigError(
+                "fsdp.activation_checkpointing",
+                True,
+                "False, or auto-wrapped units to checkpoint (auto_wrap_classes or min_num_params)",
+            )
         for name, value in (
             ("min_num_params", self.min_num_params),
             ("hybrid_shard_size", self.hybrid_shard_size or 0),

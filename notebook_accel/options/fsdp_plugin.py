@@ -7,6 +7,8 @@
         cpu_offload (bool, CPUOffload, CPUOffloadPolicy) -> cpu_offload
         mixed_precision_policy (str, dict, torch's)  -> param_dtype, reduce_dtype
         sync_module_states                           -> sync_module_states
+        activation_checkpointing(_offload)           -> the same fields (FSDP2 units'
+                                                        forward checkpointed)
         fsdp_version None or 2, the state-dict fields (checkpoints: see the README), and the
         FSDP1 knobs at their defaults                -> accepted
         anything else                                -> ConfigError naming the field
@@ -130,6 +132,7 @@ def FullyShardedDataParallelPlugin(  # noqa: C901 - one check per accelerate fie
     sync_module_states: bool | None = None,
     forward_prefetch: bool = False,
     activation_checkpointing: bool = False,
+    activation_checkpointing_offload: bool | None = None,
     cpu_ram_efficient_loading: bool | None = None,
     transformer_cls_names_to_wrap: list[str] | None = None,
     min_num_params: int | None = None,
@@ -144,7 +147,7 @@ def FullyShardedDataParallelPlugin(  # noqa: C901 - one check per accelerate fie
     Raises:
         ConfigError: a field without an FSDP2 counterpart set away from its default
             (``fsdp_version=1``, ``backward_prefetch``, ``forward_prefetch``,
-            ``activation_checkpointing``, ``ignored_modules``, ``param_init_fn``,
+            ``ignored_modules``, ``param_init_fn``,
             ``cpu_ram_efficient_loading``, ``use_orig_params=False``,
             ``limit_all_gathers=False``, a callable ``auto_wrap_policy``), or a bad value.
 
@@ -162,7 +165,6 @@ def FullyShardedDataParallelPlugin(  # noqa: C901 - one check per accelerate fie
         "use_orig_params": (use_orig_params, (None, True)),
         "param_init_fn": (param_init_fn, (None,)),
         "forward_prefetch": (forward_prefetch, (False,)),
-        "activation_checkpointing": (activation_checkpointing, (False,)),
         "cpu_ram_efficient_loading": (cpu_ram_efficient_loading, (None, False)),
         "ignored_modules": (ignored_modules, (None,)),
     }
@@ -215,7 +217,12 @@ def FullyShardedDataParallelPlugin(  # noqa: C901 - one check per accelerate fie
         if config is not None and not type(config).__name__.endswith("StateDictConfig"):
             raise _refuse(field, config, "torch's Full/Sharded(Optim)StateDictConfig or None")
     param, reduce = _precision(mixed_precision_policy)
+    checkpointing = {
+        "activation_checkpointing": bool(activation_checkpointing),
+        "activation_checkpointing_offload": bool(activation_checkpointing_offload),
+    }
     return FsdpConfig(
+        **checkpointing,
         sharding_strategy=strategy,
         auto_wrap_classes=classes,
         min_num_params=size,

@@ -5,7 +5,8 @@ instance shares one class-level dict, ``_shared_state``, filled by the first one
 worker forked from a caller that used accelerate (a notebook that built an ``Accelerator``,
 a test process) would find that dict filled with the caller's facts (its rank, its device,
 its accumulation), and accelerate would believe it is initialised already. Read in
-accelerate 1.15 (``_reset_state`` clears ``_shared_state``; the three classes).
+accelerate 1.15 and 1.16, unchanged (``_reset_state`` clears ``_shared_state``; the three
+classes).
 
     what                      relies on                         where it differs
     forget_state (worker.py)  accelerate.state's PartialState,  a class without a dict

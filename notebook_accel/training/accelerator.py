@@ -27,7 +27,8 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader
 from torch.utils.hooks import RemovableHandle
 
-from .. import launched
+from .. import env, launched
+from ..big_model.tensors import move_keeping_ties
 from ..errors import CheckpointError, ConfigError
 from ..options.deepspeed import DeepSpeedPlugin
 from ..options.dynamo import DynamoBackend, TorchDynamoPlugin
@@ -47,6 +48,7 @@ from .data.sharding import shard_data_loader
 from .handlers import (
     AutocastKwargs,
     GradientAccumulationPlugin,
+    HandlerView,
     KwargsHandler,
 )
 from .logs import MultiProcessAdapter
@@ -66,7 +68,7 @@ _logger = MultiProcessAdapter(logging.getLogger(__name__), {})
 _Params = torch.Tensor | Iterable[torch.Tensor]
 
 
-class Accelerator(ProcessView):
+class Accelerator(ProcessView, HandlerView):
     """Device placement, data parallelism, mixed precision, accumulation and checkpoints.
 
     Args:
@@ -121,6 +123,17 @@ class Accelerator(ProcessView):
         gradient_accumulation_plugin: accelerate's carrier of the accumulation steps
             (``GradientAccumulationPlugin(num_steps=...)``); not with
             ``gradient_accumulation_steps``.
+        torch_tp_plugin: accelerate's deprecated ``TorchTensorParallelPlugin(tp_size=N)``:
+            ``parallelism_config=ParallelismConfig(tp_size=N)`` where none is given (a
+            FutureWarning, as accelerate's).
+        megatron_lm_plugin: accepted for accelerate's signature; a plugin is refused
+            (Megatron-LM is not supported).
+        deepspeed_plugins: accelerate's other spelling of ``deepspeed_plugin``: a plugin, or
+            a dict of one named plugin (several, switched between, are not built).
+
+    Arguments after ``parallelism_config`` are accelerate's order exactly, so a positional
+    call binds as it would there; ``even_batches``, ``ddp_kwargs`` and ``fsdp`` are ours and
+    keyword-only.
 
     Example:
         >>> accelerator = Accelerator()
@@ -139,22 +152,26 @@ class Accelerator(ProcessView):
         mixed_precision: MixedPrecision | None = None,
         gradient_accumulation_steps: int | None = None,
         cpu: bool = False,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        deepspeed_plugin: DeepSpeedPlugin | dict[str, DeepSpeedPlugin] | None = None,
+        fsdp_plugin: FsdpConfig | None = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        rng_types: list[str] | None = None,
+        log_with: Any = None,
+        project_dir: str | os.PathLike[str] | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: list[KwargsHandler] | None = None,
+        dynamo_backend: DynamoBackend | str | None = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
+        deepspeed_plugins: DeepSpeedPlugin | dict[str, DeepSpeedPlugin] | None = None,
+        parallelism_config: ParallelismConfig | None = None,
+        *,
         even_batches: bool | None = None,
         ddp_kwargs: dict[str, Any] | None = None,
         fsdp: FsdpConfig | dict[str, Any] | str | None = None,
-        fsdp_plugin: FsdpConfig | None = None,
-        project_dir: str | os.PathLike[str] | None = None,
-        project_config: ProjectConfiguration | None = None,
-        kwargs_handlers: list[KwargsHandler] | None = None,
-        dataloader_config: DataLoaderConfiguration | None = None,
-        step_scheduler_with_optimizer: bool = True,
-        rng_types: list[str] | None = None,
-        log_with: Any = None,
-        deepspeed_plugin: DeepSpeedPlugin | None = None,
-        parallelism_config: ParallelismConfig | None = None,
-        dynamo_backend: DynamoBackend | str | None = None,
-        dynamo_plugin: TorchDynamoPlugin | None = None,
-        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
     ) -> None:
         # Every option settled (and refused) before joining a process group, and the parts
         # built from them (training/choices.py: the launcher's defaults, accelerate's other
@@ -265,6 +282,137 @@ class Accelerator(ProcessView):
         """The ``ProfileKwargs`` of ``kwargs_handlers``, if the user gave one."""
         return self._handlers.of(ProfileKwargs)
 
+    # ---- accelerate 1.16's attributes: fp8, the mesh's ranks, saving, LOMO ----------------
+    @property
+    def fp8_enabled(self) -> bool:
+        """Whether training runs in fp8 (``mixed_precision="fp8"``)."""
+        return self.precision.name == "fp8"
+
+    @property
+    def ao_recipe_handler(self) -> Any:
+        """The ``AORecipeKwargs`` in use: the one given, else fp8's default, else None."""
+        given = self._handlers.named("AORecipeKwargs")
+        return given if given is not None else getattr(self.precision, "recipe", None)
+
+    @property
+    def has_fp8_handler(self) -> bool:
+        """Whether an fp8 recipe is in use (given, or made for ``mixed_precision="fp8"``)."""
+        return self.ao_recipe_handler is not None
+
+    @property
+    def fp8_backend(self) -> Any:
+        """``FP8BackendType.AO`` (torchao) with an fp8 recipe; else, as accelerate, the
+        backend ``ACCELERATE_FP8_BACKEND`` names (``NO`` by default)."""
+        from .precision.fp8 import FP8BackendType
+
+        if self.has_fp8_handler:
+            return FP8BackendType.AO
+        return FP8BackendType(env.fp8_backend())
+
+    delayed_fp8_autocast = property(
+        lambda self: False, doc="False: Transformer Engine's delayed fp8 autocast is not here."
+    )
+
+    @property
+    def is_fsdp2(self) -> bool:
+        """Whether models are sharded with FSDP2 (``fully_shard``: every FSDP here is), by
+        ``fsdp``/``fsdp_plugin`` or a ``parallelism_config`` with ``dp_shard_size > 1``."""
+        mesh = self.parallelism_config
+        return self.distributed_type == DistributedType.FSDP or (
+            mesh is not None and mesh.dp_shard_size > 1
+        )
+
+    is_composable_parallelism_enabled = property(
+        lambda self: self.is_fsdp2, doc="accelerate's: :attr:`is_fsdp2`."
+    )
+
+    @property
+    def multi_device(self) -> bool:
+        """Several processes, each on its own accelerator, without a sharding strategy
+        (accelerate's MULTI_GPU and kin)."""
+        return self.use_distributed and self.distributed_type in _MULTI_DEVICE
+
+    def _mesh_rank(self, dim: str, what: str) -> int:
+        mesh = self.parallelism_config
+        if mesh is None:
+            raise RuntimeError(f"{what} is not configured. Set `parallelism_config` first.")
+        return mesh.coordinate(dim, self.process_index)
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This process's index along the mesh's ``dp_replicate`` dimension (0 without it).
+
+        Raises:
+            RuntimeError: no ``parallelism_config`` (accelerate's refusal).
+        """
+        return self._mesh_rank("dp_replicate", "Data parallelism")
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        """This process's index along the mesh's ``dp_shard`` dimension (0 without it)."""
+        return self._mesh_rank("dp_shard", "Shard-based data parallelism")
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        """This process's index along the mesh's ``tp`` dimension (0 without it)."""
+        return self._mesh_rank("tp", "Tensor parallelism")
+
+    @property
+    def context_parallel_rank(self) -> int:
+        """Raises NotImplementedError, as accelerate's: no context parallelism."""
+        raise NotImplementedError("Context parallelism is not supported (nor in accelerate).")
+
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        """Raises NotImplementedError, as accelerate's: no pipeline parallelism."""
+        raise NotImplementedError("Pipeline parallelism is not supported (nor in accelerate).")
+
+    save_iteration = property(
+        lambda self: self.project_configuration.iteration,
+        doc="The number the next automatically named checkpoint gets.",
+    )
+
+    @property
+    def should_save_model(self) -> bool:
+        """accelerate's: every process with a ``parallelism_config`` (each writes its part),
+        else each machine's local main process."""
+        return self.parallelism_config is not None or self.is_local_main_process
+
+    @staticmethod
+    def verify_device_map(model: torch.nn.Module) -> bool:
+        """Whether ``model`` (or a submodule) was loaded with a device map over several
+        devices (transformers' ``hf_device_map``): such a model is not trained in parallel."""
+        return any(len(getattr(m, "hf_device_map", ())) > 1 for m in model.modules())
+
+    @property
+    def has_lomo_optimizer(self) -> bool:
+        """Whether a LOMO optimizer (``lomo_optim``'s Lomo or AdaLomo) was prepared."""
+        return any(_is_lomo(opt.optimizer) for opt in self._objects.optimizer)
+
+    def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
+        """The backward pass of the prepared LOMO optimizers (their ``fused_backward``,
+        which also steps them), as accelerate's.
+
+        Raises:
+            ConfigError: no learning rate, or no LOMO optimizer was prepared.
+        """
+        if learning_rate is None:
+            raise ConfigError("learning_rate", None, "the learning rate of the LOMO step")
+        lomo = [opt.optimizer for opt in self._objects.optimizer if _is_lomo(opt.optimizer)]
+        if not lomo:
+            raise ConfigError(
+                "lomo_backward()",
+                "no LOMO optimizer prepared",
+                "a lomo_optim Lomo or AdaLomo passed to accelerator.prepare()",
+            )
+        for optimizer in lomo:
+            optimizer.fused_backward(loss, learning_rate)
+
+    def deepspeed_ulysses_dl_adapter(self, dl: Any, model: torch.nn.Module) -> Any:
+        """accelerate's adapter of a loader to DeepSpeed's sequence parallelism: the loader
+        itself, as accelerate's returns it with ``sp_size == 1`` (the only size here)."""
+        return dl
+
     def profile(
         self, profile_handler: ProfileKwargs | None = None
     ) -> contextlib.AbstractContextManager[torch.profiler.profile]:
@@ -286,12 +434,31 @@ class Accelerator(ProcessView):
         return any(opt.step_was_skipped for opt in self._objects.optimizer)
 
     # ---- prepare -------------------------------------------------------------------------
-    def prepare(self, *objects: Any) -> Any:
+    def prepare(self, *objects: Any, device_placement: list[bool | None] | None = None) -> Any:
         """Prepare models, optimizers, data loaders and LR schedulers; same order back.
 
+        Args:
+            objects: the models, optimizers, loaders and schedulers.
+            device_placement: one entry per object: whether to move that model (or that
+                loader's batches) to :attr:`device`; ``None`` (or an entry ``None``): the
+                Accelerator's ``device_placement``. An optimizer's state follows its
+                parameters either way.
+
         Raises:
-            ConfigError: an object of another type (it names the argument's position).
+            ConfigError: an object of another type (it names the argument's position), or a
+                ``device_placement`` list of another length.
         """
+        places: list[bool | None] = [None] * len(objects)
+        if device_placement is not None:
+            if not isinstance(device_placement, list | tuple) or len(device_placement) != len(
+                objects
+            ):
+                raise ConfigError(
+                    "device_placement",
+                    device_placement,
+                    f"a list of {len(objects)} bools (or None), one per object prepared",
+                )
+            places = list(device_placement)
         handlers: list[tuple[type, Callable[[Any], Any]]] = [
             (torch.nn.Module, self._prepare_model),
             (torch.optim.Optimizer, self._prepare_optimizer),
@@ -315,13 +482,21 @@ class Accelerator(ProcessView):
                     "a torch.nn.Module, torch.optim.Optimizer, torch.utils.data.DataLoader "
                     "or torch.optim.lr_scheduler.LRScheduler",
                 )
+            if match is not None and places[i] is not None and not finished:
+                if match in (self._prepare_model, self._prepare_loader):
+                    match = functools.partial(match, device_placement=places[i])
             plan.append(None if finished else match)
         # Models first (moving one may replace its parameters, which the optimizers of this
         # call must then follow); schedulers last (they must find their optimizer wrapped).
         self._strategy.begin_prepare(objects)
         rank = {self._prepare_model: 0, self._prepare_scheduler: 2}
+
+        def order_of(i: int) -> int:
+            handler = plan[i]
+            return rank.get(getattr(handler, "func", handler), 1)  # type: ignore[arg-type]
+
         out = list(objects)
-        order = sorted(range(len(objects)), key=lambda i: rank.get(plan[i], 1))  # type: ignore[arg-type]
+        order = sorted(range(len(objects)), key=order_of)
         self._replaced = {}
         try:
             for i in order:
@@ -342,7 +517,7 @@ class Accelerator(ProcessView):
         sharded = self._strategy.shards_parameters and not evaluation_mode
         model = self.precision.convert_model(model, sharded)
         if self.device_placement if device_placement is None else device_placement:
-            model.to(self.device)
+            move_keeping_ties(model, self.device)  # TorchTPU's .to() unties weights
         # On XLA (and with torch's overwrite-on-conversion flag) .to() makes new Parameter
         # objects; an optimizer built on the model beforehand must step the new ones.
         replaced = {
@@ -415,10 +590,18 @@ class Accelerator(ProcessView):
 
     # ---- training step -------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward()``, divided by the accumulation steps and scaled for fp16."""
+        """``loss.backward()``, divided by the accumulation steps and scaled for fp16.
+
+        With a prepared LOMO optimizer and ``learning_rate=``, its fused backward and step
+        (:meth:`lomo_backward`), as accelerate's.
+        """
         self.step += 1
         if self.gradient_state.accumulation_steps > 1 and not self._strategy.scales_loss:
             loss = loss / self.gradient_state.accumulation_steps
+        learning_rate = kwargs.get("learning_rate")
+        if learning_rate is not None and self.scaler is None and self.has_lomo_optimizer:
+            self.lomo_backward(loss, learning_rate)
+            return
         self._strategy.backward(loss, self.precision, **kwargs)
 
     def autocast(
@@ -1113,6 +1296,28 @@ class Accelerator(ProcessView):
             f"Accelerator(device={self.device}, num_processes={self.num_processes}, "
             f"mixed_precision={self.mixed_precision!r})"
         )
+
+
+# accelerate's multi_device kinds (MULTI_TPU: TorchTPU's processes, one per chip)
+_MULTI_DEVICE = frozenset(
+    {
+        DistributedType.MULTI_GPU,
+        DistributedType.MULTI_XPU,
+        DistributedType.MULTI_NPU,
+        DistributedType.MULTI_MLU,
+        DistributedType.MULTI_SDAA,
+        DistributedType.MULTI_MUSA,
+        DistributedType.MULTI_HPU,
+        DistributedType.MULTI_NEURON,
+        DistributedType.MULTI_TPU,
+    }
+)
+
+
+def _is_lomo(optimizer: Any) -> bool:
+    """A ``lomo_optim`` Lomo or AdaLomo (by its class: lomo_optim is not imported here)."""
+    kind = type(optimizer)
+    return kind.__module__.split(".")[0] == "lomo_optim" and kind.__name__ in ("Lomo", "AdaLomo")
 
 
 def shards_parameters(accelerator: Accelerator) -> bool:

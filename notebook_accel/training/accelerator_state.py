@@ -98,6 +98,8 @@ class AcceleratorState(PartialState):
         dynamo_plugin: Any = None,
         deepspeed_plugin: Any = None,
         fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
         parallelism_config: Any = None,
         **kwargs: Any,
     ) -> None:

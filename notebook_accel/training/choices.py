@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from .. import launched
+from .. import env, launched, refusals
 from ..errors import ConfigError
 from ..options import rules
 from ..options.deepspeed import DeepSpeedPlugin
@@ -116,6 +117,9 @@ def settle(
     fsdp: object,
     fsdp_plugin: object,
     deepspeed_plugin: object,
+    deepspeed_plugins: object,
+    torch_tp_plugin: object,
+    megatron_lm_plugin: object,
     parallelism_config: object,
     dynamo_backend: object,
     dynamo_plugin: object,
@@ -135,13 +139,17 @@ def settle(
         ConfigError: a value outside what its option accepts, or options that do not go
             together (options/rules.py).
     """
+    refusals.refuse_given("Accelerator", megatron_lm_plugin=megatron_lm_plugin)
     if mixed_precision is None:
         mixed_precision = launched.option("mixed_precision") or "no"
     precision = check_precision(mixed_precision)
+    if precision == "fp8" and env.fp8_backend() == "TE":
+        where = "mixed_precision='fp8' with ACCELERATE_FP8_BACKEND=TE"
+        raise refusals.refuse(where, refusals.TRANSFORMER_ENGINE)
     fsdp = _fsdp_plugin(fsdp, fsdp_plugin)
     fsdp_config = FsdpConfig.coerce(launched.option("fsdp") if fsdp is None else fsdp)
-    plugin = _deepspeed_plugin(deepspeed_plugin)
-    mesh = _mesh(parallelism_config)
+    plugin = _deepspeed_plugin(_one_deepspeed_plugin(deepspeed_plugin, deepspeed_plugins))
+    mesh = _mesh(parallelism_config if parallelism_config is not None else _tp(torch_tp_plugin))
     gradient_accumulation_steps = _accumulation_plugin(
         gradient_accumulation_plugin, gradient_accumulation_steps
     )
@@ -250,6 +258,45 @@ def _deepspeed_plugin(value: object) -> DeepSpeedPlugin | None:
     if value is not None and not isinstance(value, DeepSpeedPlugin):
         raise ConfigError("deepspeed_plugin", value, "a DeepSpeedPlugin or None")
     return value
+
+
+def _one_deepspeed_plugin(plugin: object, plugins: object) -> object:
+    """accelerate's two spellings, ``deepspeed_plugin`` and ``deepspeed_plugins``: a plugin,
+    or a dict of named plugins (one here: several, switched with accelerate's
+    ``select_deepspeed_plugin``, are not built)."""
+    if plugin is not None and plugins is not None:
+        raise ConfigError(
+            "deepspeed_plugins", plugins, "None when deepspeed_plugin is given (one of the two)"
+        )
+    value = plugins if plugin is None else plugin
+    if isinstance(value, dict):
+        name = "deepspeed_plugins" if plugin is None else "deepspeed_plugin"
+        if len(value) != 1:
+            raise ConfigError(
+                name,
+                sorted(value),
+                "one named DeepSpeedPlugin (several plugins in one Accelerator, switched with "
+                "select_deepspeed_plugin, are not built)",
+            )
+        (value,) = value.values()
+    return value
+
+
+def _tp(plugin: object) -> ParallelismConfig | None:
+    """accelerate's deprecated ``torch_tp_plugin`` (a ``TorchTensorParallelPlugin``): its
+    ``tp_size`` as a ParallelismConfig, with accelerate's FutureWarning."""
+    if plugin is None:
+        return None
+    size = getattr(plugin, "tp_size", None)
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise ConfigError("torch_tp_plugin", plugin, "a TorchTensorParallelPlugin(tp_size=...)")
+    warnings.warn(
+        "TorchTensorParallelPlugin is deprecated (as in accelerate): use "
+        f"parallelism_config=ParallelismConfig(tp_size={size}).",
+        FutureWarning,
+        stacklevel=4,  # the user's Accelerator(...)
+    )
+    return ParallelismConfig(tp_size=size)
 
 
 def _mesh(value: object) -> ParallelismConfig | None:

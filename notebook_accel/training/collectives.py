@@ -130,13 +130,21 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
         import torch_xla.core.xla_model as xm
 
         return xm.all_gather(tensor, dim=0)
-    parts = [torch.empty_like(tensor) for _ in range(_world())]
-    dist.all_gather(parts, tensor)
-    return torch.cat(parts, dim=0)
+    if dist.get_backend() == "xla":
+        parts = [torch.empty_like(tensor) for _ in range(_world())]
+        dist.all_gather(parts, tensor)
+        return torch.cat(parts, dim=0)
+    # One collective into one tensor, as accelerate 1.16's: torch 2.13's all_gather_single
+    # (all_gather_into_tensor before it, now deprecated).
+    out = tensor.new_empty((_world() * tensor.shape[0], *tensor.shape[1:]))
+    into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    into(out, tensor)
+    return out
 
 
-def gather(data: Any) -> Any:
-    """Concatenate every process's tensors along dim 0 (scalars become shape ``[world]``).
+def gather(tensor: Any) -> Any:
+    """Concatenate every process's tensors along dim 0 (scalars become shape ``[world]``);
+    ``tensor`` may be a nest of them (accelerate's parameter name).
 
     All processes must pass tensors of the same shape; see :func:`pad_across_processes`.
 
@@ -145,8 +153,8 @@ def gather(data: Any) -> Any:
         tensor([0, 1])
     """
     if _world() == 1:
-        return _require_tensors(data, "gather")
-    return _apply_tensors(_gather_one, data, "gather")
+        return _require_tensors(tensor, "gather")
+    return _apply_tensors(_gather_one, tensor, "gather")
 
 
 def gather_object(obj: Any) -> list[Any]:
@@ -171,8 +179,13 @@ def gather_object(obj: Any) -> list[Any]:
     return out
 
 
-def reduce(data: Any, reduction: Literal["sum", "mean", "max"] = "sum", scale: float = 1.0) -> Any:
+def reduce(
+    tensor: Any, reduction: Literal["sum", "mean", "max"] = "sum", scale: float = 1.0
+) -> Any:
     """Sum, average or take the maximum of tensors across processes; inputs are left untouched.
+
+    ``scale`` multiplies the result on XLA devices only, as accelerate's: elsewhere (and in a
+    single process) it is ignored, so a script gets accelerate's numbers.
 
     Example:
         >>> reduce(torch.tensor(1.0), "sum")  # on 2 processes  # doctest: +SKIP
@@ -182,9 +195,10 @@ def reduce(data: Any, reduction: Literal["sum", "mean", "max"] = "sum", scale: f
         raise ConfigError("reduction", reduction, "'sum', 'mean' or 'max'")
     world = _world()
     biggest = reduction == "max"
+    scaled = world > 1 and scale != 1.0 and _on_xla()
 
-    def one(tensor: torch.Tensor) -> torch.Tensor:
-        out = tensor.clone()
+    def one(part: torch.Tensor) -> torch.Tensor:
+        out = part.clone()
         if world > 1 and not dist.is_initialized():
             import torch_xla.core.xla_model as xm
 
@@ -193,24 +207,30 @@ def reduce(data: Any, reduction: Literal["sum", "mean", "max"] = "sum", scale: f
             dist.all_reduce(out, op=dist.ReduceOp.MAX if biggest else dist.ReduceOp.SUM)
         if reduction == "mean":
             out = out / world
-        return out * scale if scale != 1.0 else out
+        return out * scale if scaled else out
 
-    return _apply_tensors(one, data, "reduce")
+    return _apply_tensors(one, tensor, "reduce")
 
 
-def broadcast(data: Any, from_process: int = 0) -> Any:
+def _on_xla() -> bool:
+    """Whether the job's collectives are torch_xla's (threads of one process, or the "xla"
+    process group)."""
+    return not dist.is_initialized() or dist.get_backend() == "xla"
+
+
+def broadcast(tensor: Any, from_process: int = 0) -> Any:
     """Every process receives ``from_process``'s tensors (same shapes needed everywhere)."""
     if _world() == 1:
-        return _require_tensors(data, "broadcast")
+        return _require_tensors(tensor, "broadcast")
 
-    def one(tensor: torch.Tensor) -> torch.Tensor:
-        out = tensor.clone().contiguous()
+    def one(part: torch.Tensor) -> torch.Tensor:
+        out = part.clone().contiguous()
         if not dist.is_initialized():
             return _xla_objects(out.cpu())[from_process].to(out.device)
         dist.broadcast(out, src=from_process)
         return out
 
-    return _apply_tensors(one, data, "broadcast")
+    return _apply_tensors(one, tensor, "broadcast")
 
 
 def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
@@ -236,7 +256,7 @@ def _xla_objects(obj: Any) -> list[Any]:
 
 
 def pad_across_processes(
-    data: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
+    tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
 ) -> Any:
     """Pad tensors along ``dim`` to the largest size any process has, so they can be gathered.
 
@@ -245,24 +265,24 @@ def pad_across_processes(
         tensor([1., 0.])  # rank 0
     """
     if _world() == 1:
-        return _require_tensors(data, "pad_across_processes")
+        return _require_tensors(tensor, "pad_across_processes")
 
-    def one(tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.ndim == 0 or dim >= tensor.ndim or dim < -tensor.ndim:
-            return tensor
-        axis = dim % tensor.ndim
-        size = torch.tensor([tensor.shape[axis]], device=tensor.device)
+    def one(part: torch.Tensor) -> torch.Tensor:
+        if part.ndim == 0 or dim >= part.ndim or dim < -part.ndim:
+            return part
+        axis = dim % part.ndim
+        size = torch.tensor([part.shape[axis]], device=part.device)
         longest = int(_gather_one(size).max())
-        if longest == tensor.shape[axis]:
-            return tensor
-        shape = list(tensor.shape)
+        if longest == part.shape[axis]:
+            return part
+        shape = list(part.shape)
         shape[axis] = longest
-        out = tensor.new_full(shape, pad_index)
-        start = longest - tensor.shape[axis] if pad_first else 0
-        out.narrow(axis, start, tensor.shape[axis]).copy_(tensor)
+        out = part.new_full(shape, pad_index)
+        start = longest - part.shape[axis] if pad_first else 0
+        out.narrow(axis, start, part.shape[axis]).copy_(part)
         return out
 
-    return _apply_tensors(one, data, "pad_across_processes")
+    return _apply_tensors(one, tensor, "pad_across_processes")
 
 
 def _slice(data: Any, start: int, stop: int) -> Any:

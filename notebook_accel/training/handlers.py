@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 from ..errors import ConfigError
 
 __all__ = [
+    "HandlerView",
+    "Handlers",
     "AutocastKwargs",
     "GradientAccumulationPlugin",
     "KwargsHandler",
@@ -71,6 +73,38 @@ class Handlers(dict[type, KwargsHandler]):
         """The entry whose class is called ``name`` (a handler of a module loaded only when
         used, such as fp8's AORecipeKwargs)."""
         return next((h for kind, h in self.items() if kind.__name__ == name), None)
+
+
+class HandlerView:
+    """accelerate's Accelerator attributes for its ``kwargs_handlers``, said once: each the
+    handler of that kind the user gave, or None (the component's defaults then apply)."""
+
+    _handlers: Handlers
+
+    @property
+    def ddp_handler(self) -> DistributedDataParallelKwargs | None:
+        """The ``DistributedDataParallelKwargs`` given, or None."""
+        return self._handlers.of(DistributedDataParallelKwargs)
+
+    @property
+    def scaler_handler(self) -> GradScalerKwargs | None:
+        """The ``GradScalerKwargs`` given, or None."""
+        return self._handlers.of(GradScalerKwargs)
+
+    @property
+    def init_handler(self) -> InitProcessGroupKwargs | None:
+        """The ``InitProcessGroupKwargs`` given, or None."""
+        return self._handlers.of(InitProcessGroupKwargs)
+
+    @property
+    def autocast_handler(self) -> AutocastKwargs | None:
+        """The ``AutocastKwargs`` given, or None."""
+        return self._handlers.of(AutocastKwargs)
+
+    @property
+    def te_recipe_handler(self) -> None:
+        """None: Transformer Engine's ``TERecipeKwargs`` cannot be given here (refused)."""
+        return None
 
 
 def collect(handlers: Iterable[Any] | None) -> Handlers:

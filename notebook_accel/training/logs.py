@@ -7,6 +7,12 @@
 Reached as ``notebook_accel.logging.get_logger`` (the ported import's path). The rank comes
 from the job (a ``PartialState`` per call: the process group is joined or reused, nothing
 global is kept), so the logger may be made at import time, before any Accelerator.
+
+accelerate 1.16's verbosity functions (``get_verbosity``, ``set_verbosity``,
+``set_verbosity_info``...) set the level of the library's own logger, as accelerate's set its
+``"accelerate"`` logger's: here ``"notebook_accel"``, whose children inherit it; a logger given
+a level of its own (``get_logger(name, log_level=...)``, ``ACCELERATE_LOG_LEVEL``), the root
+logger and the user's loggers keep theirs.
 """
 
 from __future__ import annotations
@@ -19,7 +25,56 @@ from typing import Any
 from .. import env
 from .processes import PartialState
 
-__all__ = ["MultiProcessAdapter", "get_logger"]
+__all__ = [
+    "MultiProcessAdapter",
+    "get_logger",
+    "get_verbosity",
+    "set_verbosity",
+    "set_verbosity_debug",
+    "set_verbosity_error",
+    "set_verbosity_info",
+    "set_verbosity_warning",
+]
+
+_LIBRARY = "notebook_accel"  # the library's logger: accelerate's is "accelerate"
+
+
+def get_verbosity() -> int:
+    """The effective level of the library's logger (``logging.WARNING``...).
+
+    Example:
+        >>> set_verbosity("error")
+        >>> get_verbosity() == logging.ERROR
+        True
+    """
+    return logging.getLogger(_LIBRARY).getEffectiveLevel()
+
+
+def set_verbosity(verbosity: int | str) -> None:
+    """Set the level of the library's logger: a ``logging`` level or its name, any case."""
+    logging.getLogger(_LIBRARY).setLevel(
+        verbosity.upper() if isinstance(verbosity, str) else verbosity
+    )
+
+
+def set_verbosity_debug() -> None:
+    """The library logs ``DEBUG`` and above."""
+    set_verbosity(logging.DEBUG)
+
+
+def set_verbosity_info() -> None:
+    """The library logs ``INFO`` and above."""
+    set_verbosity(logging.INFO)
+
+
+def set_verbosity_warning() -> None:
+    """The library logs ``WARNING`` and above."""
+    set_verbosity(logging.WARNING)
+
+
+def set_verbosity_error() -> None:
+    """The library logs ``ERROR`` and above."""
+    set_verbosity(logging.ERROR)
 
 
 class MultiProcessAdapter(logging.LoggerAdapter):

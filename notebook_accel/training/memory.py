@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .. import devices
 from ..errors import ConfigError
 
 __all__ = [
@@ -39,13 +40,11 @@ _OUT_OF_MEMORY_MESSAGES = (
 
 
 def clear_device_cache(garbage_collection: bool = False) -> None:
-    """Return cached device memory to the driver (CUDA, MPS); optionally run ``gc`` first."""
+    """Return cached device memory to the driver (the accelerator torch has: CUDA, MPS, XPU,
+    TorchTPU...); optionally run ``gc`` first."""
     if garbage_collection:
         gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    elif torch.backends.mps.is_available():
-        torch.mps.empty_cache()
+    devices.empty_cache()
 
 
 def release_memory(*objects: Any) -> list[None]:

@@ -25,23 +25,29 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from .. import env, launched
+from .. import devices, env, launched
 from ..errors import ConfigError
 
 __all__ = ["DistributedType", "GradientState", "ProcessState", "ProcessView"]
 
 
-class DistributedType(enum.StrEnum):
-    """How the job is distributed; compares equal to accelerate's names (``"MULTI_CPU"``...).
+class DistributedType(str, enum.Enum):  # noqa: UP042 - accelerate's kind: str() as its
+    """How the job is distributed; compares equal to accelerate's names (``"MULTI_CPU"``...)
+    and prints as accelerate's (``str()``: ``"DistributedType.MULTI_CPU"``; the same kind of
+    enum, a ``str`` mixed into ``Enum``).
 
-    A process's state is NO, MULTI_CPU, MULTI_GPU or XLA; an Accelerator's
+    A process's state is NO, MULTI_CPU, MULTI_GPU, MULTI_TPU or XLA; an Accelerator's
     ``distributed_type`` is FSDP or DEEPSPEED under those strategies, as accelerate's. The
     other members are accelerate's, so that scripts comparing with them run (nothing here is
-    ever of those kinds).
+    ever of those kinds). ``MULTI_TPU`` is ours: TorchTPU's processes, one per chip, the
+    name accelerate's own rule (``MULTI_`` and the device type) gives them (accelerate 1.16
+    runs TorchTPU in one process only, and has no member for it).
 
     Example:
         >>> DistributedType.MULTI_CPU == "MULTI_CPU"
         True
+        >>> str(DistributedType.MULTI_CPU)
+        'DistributedType.MULTI_CPU'
     """
 
     NO = "NO"
@@ -58,6 +64,7 @@ class DistributedType(enum.StrEnum):
     MULTI_MUSA = "MULTI_MUSA"
     MULTI_HPU = "MULTI_HPU"
     MULTI_NEURON = "MULTI_NEURON"
+    MULTI_TPU = "MULTI_TPU"
 
 
 # One table instead of a ladder: device type -> (default backend, distributed type when world>1).
@@ -66,6 +73,9 @@ _DEVICE_KINDS: dict[str, tuple[str, DistributedType]] = {
     "cuda": ("nccl", DistributedType.MULTI_GPU),
     "mps": ("gloo", DistributedType.MULTI_CPU),
     "xla": ("xla", DistributedType.XLA),
+    # TorchTPU: torch's PrivateUse1 device renamed "tpu", one process per chip, its group
+    # the backend torch_tpu registers for "tpu" (devices.get_distributed_backend)
+    "tpu": ("tpu_dist", DistributedType.MULTI_TPU),
 }
 
 
@@ -74,6 +84,8 @@ def _auto_device_type() -> str:
         return "cuda"
     if torch.backends.mps.is_available():
         return "mps"
+    if devices.get_torch_accelerator_backend()[0] == "tpu":  # TorchTPU, as accelerate 1.16
+        return "tpu"
     return "cpu"
 
 
@@ -83,6 +95,9 @@ def _device_for(device_type: str, local_rank: int) -> torch.device:
         index = local_rank % max(torch.cuda.device_count(), 1)
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
+    if device_type == "tpu":
+        # TorchTPU assigns each process its chip (torch.tpu.set_device only checks it).
+        return torch.device("tpu", torch.get_device_module("tpu").current_device())
     if device_type == "xla":
         import torch_xla
 

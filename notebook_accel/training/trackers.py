@@ -160,6 +160,16 @@ class MLflowTracker(GeneralTracker):
     The store is MLflow's default (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the
     working directory, which ``mlflow ui`` opens); ``logging_dir`` is where a new experiment
     keeps its artifacts, as in accelerate.
+
+    Args:
+        experiment_name: the experiment (made if MLflow has none of that name).
+        logging_dir: a new experiment's artifact location.
+        run_id: continue that run instead of starting one (accelerate's).
+        tags: the run's tags (a dict, or its JSON).
+        nested_run: start the run nested in the active one (``mlflow.start_run(nested=)``).
+        run_name: the new run's name.
+        description: the run's description.
+        kwargs: more of ``mlflow.start_run``'s arguments.
     """
 
     name = "mlflow"
@@ -169,8 +179,11 @@ class MLflowTracker(GeneralTracker):
         self,
         experiment_name: str,
         logging_dir: str | os.PathLike[str] | None = None,
+        run_id: str | None = None,
+        tags: dict[str, Any] | str | None = None,
+        nested_run: bool = False,
         run_name: str | None = None,
-        tags: dict[str, Any] | None = None,
+        description: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()
@@ -184,7 +197,13 @@ class MLflowTracker(GeneralTracker):
         else:
             experiment_id = experiment.experiment_id
         self.active_run = mlflow.start_run(
-            experiment_id=experiment_id, run_name=run_name, tags=tags, **kwargs
+            run_id=run_id,
+            experiment_id=experiment_id,
+            run_name=run_name,
+            nested=nested_run,
+            tags=json.loads(tags) if isinstance(tags, str) else tags,
+            description=description,
+            **kwargs,
         )
 
     @property

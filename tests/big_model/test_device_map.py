@@ -1,4 +1,4 @@
-"""infer_auto_device_map and get_balanced_memory give accelerate 1.15's answers for the same
+"""infer_auto_device_map and get_balanced_memory give accelerate 1.16's answers for the same
 model and budgets: a GPT-2 and a BERT built from tiny configs, blocks on GPU ids, on the CPU
 and on disk (accelerate computes maps for GPU ids without a GPU; both run here)."""
 
@@ -106,15 +106,30 @@ def test_one_map_per_model_reaches_gpus_cpu_and_disk(name: str) -> None:
     assert places(device_map) == {0, 1, "cpu", "disk"}
 
 
-@pytest.mark.parametrize(("name", "low_zero"), list(itertools.product(MODELS, [False, True])))
-def test_balanced_budgets_and_their_maps_are_accelerates(name: str, low_zero: bool) -> None:
+@pytest.mark.parametrize(
+    ("name", "low_zero", "ids"),
+    [
+        *[(m, z, (0, 1, 2)) for m, z in itertools.product(MODELS, [False, True])],
+        # GPU ids that are not 0..n-1: accelerate 1.16 fixed low_zero's sum over them
+        *[(m, True, (0, 2, 3)) for m in MODELS],
+    ],
+)
+def test_balanced_budgets_and_their_maps_are_accelerates(
+    name: str, low_zero: bool, ids: tuple[int, int, int]
+) -> None:
     from accelerate.utils import get_balanced_memory as their_budgets
     from accelerate.utils import infer_auto_device_map as theirs
 
     build, block = MODELS[name]
     model = build()
     total = compute_module_sizes(model)[""]
-    memory: dict[int | str, int] = {0: total, 1: total, 2: total // 4, "cpu": total // 5}
+    first, second, third = ids
+    memory: dict[int | str, int] = {
+        first: total,
+        second: total,
+        third: total // 4,
+        "cpu": total // 5,
+    }
     ours = get_balanced_memory(model, dict(memory), [block], low_zero=low_zero)
     expected = their_budgets(model, dict(memory), [block], low_zero=low_zero)
     assert ours == expected

@@ -1,5 +1,5 @@
 """init_empty_weights and init_on_device build models without memory; one tensor is set at
-a time with set_module_tensor_to_device, as accelerate 1.15 does."""
+a time with set_module_tensor_to_device, as accelerate 1.16 does."""
 
 from __future__ import annotations
 

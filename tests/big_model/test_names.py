@@ -1,5 +1,5 @@
 """Every name of notebook_accel.big_modeling and .hooks (and the big-model names of
-.utils) resolves, and accelerate 1.15 has each at the same path."""
+.utils) resolves, and accelerate 1.16 has each at the same path."""
 
 from __future__ import annotations
 

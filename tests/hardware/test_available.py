@@ -1,4 +1,4 @@
-"""accelerate.utils's ``is_*_available`` probes answer as accelerate 1.15's on this machine."""
+"""accelerate.utils's ``is_*_available`` probes answer as accelerate 1.16's on this machine."""
 
 from __future__ import annotations
 

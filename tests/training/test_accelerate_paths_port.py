@@ -1,7 +1,7 @@
 """The census's names at accelerate's module paths give accelerate's answers: one body, two
 imports.
 
-The same function body runs on 2 gloo processes with ``accelerate``'s imports (1.15) and then
+The same function body runs on 2 gloo processes with ``accelerate``'s imports (1.16) and then
 with ours (only the import lines differ): ``accelerate.state``'s ``AcceleratorState`` after an
 ``Accelerator`` and ``is_initialized()`` before and after, ``accelerate.utils``' collectives
 with their signatures and defaults, ``send_to_device``, ``synchronize_rng_states`` (a
@@ -256,7 +256,7 @@ def test_torch_device_mesh_and_distributed_type_follow_the_strategy() -> None:
     assert meshes[0] == meshes[1]
     tp, fsdp, plain_fsdp = meshes[0]
     assert tp == ("DeviceMesh", ("dp_shard", "tp"), (1, 2), ("MULTI_CPU", "MULTI_CPU"))
-    assert fsdp == ("DeviceMesh", ("shard",), (2,), ("FSDP", "FSDP"))
+    assert fsdp == ("DeviceMesh", ("dp_shard",), (2,), ("FSDP", "FSDP"))
     assert plain_fsdp == "FSDP"
 
 

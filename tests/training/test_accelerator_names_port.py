@@ -1,6 +1,6 @@
 """The by_feature examples' names give accelerate's answers: one body, two imports.
 
-The same function body runs on 2 gloo processes with ``accelerate``'s imports (1.15) and then
+The same function body runs on 2 gloo processes with ``accelerate``'s imports (1.16) and then
 with ours (only the import lines differ): settable ``gradient_accumulation_steps``, LocalSGD,
 a schedule-free optimizer's ``train()``/``eval()`` through ``prepare``, ``profile()``'s trace
 files, ``get_logger``'s lines and the ``is_*_available`` probes must all agree, the trained

@@ -201,8 +201,30 @@ def test_process_helpers_and_handlers_on_two_processes(
     assert (r0["on_main_process"], r1["on_main_process"]) == (2, None)
     assert (r0["on_local_main_process"], r1["on_local_main_process"]) == ("ran", None)
     assert (r0["is_last_process"], r1["is_last_process"]) == (False, True)
-    assert r0["partial"] == (0, 2, 0, "cpu", True, True, False, "MULTI_CPU", True, "gloo")
-    assert r1["partial"] == (1, 2, 1, "cpu", False, False, True, "MULTI_CPU", True, "gloo")
+    assert r0["partial"] == (
+        0,
+        2,
+        0,
+        "cpu",
+        True,
+        True,
+        False,
+        "DistributedType.MULTI_CPU",
+        True,
+        "gloo",
+    )
+    assert r1["partial"] == (
+        1,
+        2,
+        1,
+        "cpu",
+        False,
+        False,
+        True,
+        "DistributedType.MULTI_CPU",
+        True,
+        "gloo",
+    )
     assert (r0["partial_on_last"], r1["partial_on_last"]) == (None, "ran")
     assert (r0["partial_split"], r1["partial_split"]) == ([1, 2], [3])
     assert (r0["loader"], r1["loader"]) == ([[0.0], [2.0]], [[1.0], [3.0]])

@@ -211,3 +211,36 @@ def test_all_means_every_installed_backend_and_custom_trackers_are_used() -> Non
     accelerator.log({"loss": 0.5}, step=1)
     assert mine.seen == [(1, {"loss": 0.5})]
     assert accelerator.get_tracker("remember") is mine
+
+
+def test_mlflow_continues_a_run_nests_one_and_describes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """accelerate 1.16's MLflowTracker parameters: run_id, nested_run, description, tags."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("sqlalchemy")
+    import mlflow
+
+    from notebook_accel.tracking import MLflowTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    first = MLflowTracker("exp", tmp_path / "art", tags='{"team": "a"}', description="first")
+    run_id = first.tracker.info.run_id
+    first.log({"loss": 1.0}, step=0)
+    first.finish()
+    again = MLflowTracker("exp", run_id=run_id)
+    again.log({"loss": 0.5}, step=1)
+    parent = again.tracker.info.run_id
+    child = MLflowTracker("exp", nested_run=True, run_name="child")
+    child_id = child.tracker.info.run_id
+    child.finish()
+    again.finish()
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    history = client.get_metric_history(run_id, "loss")
+    assert parent == run_id and [(m.step, m.value) for m in history] == [(0, 1.0), (1, 0.5)]
+    run = client.get_run(run_id)
+    assert run.data.tags["team"] == "a" and run.data.tags["mlflow.note.content"] == "first"
+    nested = client.get_run(child_id)
+    assert nested.data.tags["mlflow.parentRunId"] == run_id
+    assert nested.info.run_name == "child"

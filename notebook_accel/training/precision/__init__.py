@@ -64,6 +64,10 @@ def make_precision(
     if device_type == "xla":
         rules.precision_on(name, ("no", "bf16"), "TPU (XLA)", "TPUs compute in bf16.")
         return XlaPrecision(device_type, name)
+    if device_type == "tpu":
+        # TorchTPU has no _amp_foreach_non_finite_check_and_unscale_: no GradScaler, so no
+        # fp16 (accelerate 1.16 refuses it too); its bf16 is torch's autocast on "tpu".
+        rules.precision_on(name, ("no", "bf16"), "TPU (TorchTPU)", "TPUs compute in bf16.")
     if name == "fp16":
         if not loss_scaler:
             return EngineFp16Precision(device_type)

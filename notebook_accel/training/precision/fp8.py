@@ -18,6 +18,7 @@ without torchao (its default config is made when the precision needs it).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,22 @@ from .modes import Bf16Precision
 # Before torchao is first imported, by this module's functions or by the user's code.
 quiet_torchao()
 
-__all__ = ["AORecipeKwargs", "Fp8Precision", "MIN_CAPABILITY", "first_and_last_linear_filter"]
+__all__ = [
+    "AORecipeKwargs",
+    "FP8BackendType",
+    "Fp8Precision",
+    "MIN_CAPABILITY",
+    "first_and_last_linear_filter",
+]
+
+
+class FP8BackendType(str, enum.Enum):  # noqa: UP042 - accelerate's kind of enum
+    """accelerate's fp8 backends: ``AO`` (torchao, the one here), ``TE`` (NVIDIA Transformer
+    Engine, refused), ``NO``; ``Accelerator.fp8_backend`` answers with one."""
+
+    NO = "NO"
+    TE = "TE"
+    AO = "AO"
 
 
 # float8 tensor cores (torch._scaled_mm) exist from Ada (8.9) and Hopper (9.0) on.

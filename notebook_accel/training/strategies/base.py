@@ -10,7 +10,7 @@
     Accelerator.unwrap_model        -> strategy.unwrap
     get_state_dict / save_model     -> strategy.model_state_dict (whole, on the main process)
     save_state / load_state         -> strategy.checkpoint_parts (what goes through DCP, etc.)
-    prepare(loader)                 -> strategy.data_parallel_rank / data_parallel_size
+    prepare(loader)                 -> strategy.data_rank / data_size
     Accelerator.end_training        -> strategy.end (what the strategy set up for itself)
 
 A strategy owns what is specific to one way of spreading a model over processes; the
@@ -182,12 +182,12 @@ class Strategy:
 
     # ---- data -----------------------------------------------------------------------------
     @property
-    def data_parallel_rank(self) -> int:
+    def data_rank(self) -> int:
         """Which share of the data this process reads."""
         return self.state.rank
 
     @property
-    def data_parallel_size(self) -> int:
+    def data_size(self) -> int:
         """Into how many shares the data is split."""
         return self.state.world_size
 
@@ -195,7 +195,7 @@ class Strategy:
         """The process facts a data loader shards by: the data-parallel rank and size in
         place of the global ones (ranks that share a data-parallel rank read the same
         batches)."""
-        rank, size = self.data_parallel_rank, self.data_parallel_size
+        rank, size = self.data_rank, self.data_size
         if (rank, size) == (self.state.rank, self.state.world_size):
             return self.state
         return dataclasses.replace(self.state, rank=rank, world_size=size)

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from ... import refusals
 from ...errors import CheckpointError, ConfigError
 from ...options import rules
 from ...options.deepspeed import DeepSpeedPlugin
@@ -193,6 +194,9 @@ class DeepSpeedStrategy(Strategy):
         split_batches: bool = False,
     ) -> None:
         rules.deepspeed_precision(mixed_precision, state.device.type)
+        if plugin.offloads_to_nvme and not _nvme_offload_built():
+            where = "DeepSpeedPlugin(offload_*_device='nvme')"
+            raise refusals.refuse(where, refusals.NVME_OFFLOAD)
         super().__init__(state)
         self.created_group = False
         if not torch.distributed.is_initialized():
@@ -247,12 +251,18 @@ class DeepSpeedStrategy(Strategy):
             for o in objects
             if isinstance(o, DummyScheduler | torch.optim.lr_scheduler.LRScheduler)
         ]
+        sizes = []
         for obj in objects:
-            if isinstance(obj, DataLoader) and self._micro_batch is None:
+            if isinstance(obj, DataLoader):
                 size = obj.batch_size or getattr(obj.batch_sampler, "batch_size", None)
                 if size and self.split_batches:
                     size = max(size // self.state.world_size, 1)
-                self._micro_batch = size
+                if size:
+                    sizes.append(size)
+        if sizes and self._micro_batch is None:
+            # accelerate's rule with a train and an eval loader in one call: the smaller
+            # batch, or with is_train_batch_min=False the larger.
+            self._micro_batch = min(sizes) if self.plugin.is_train_batch_min else max(sizes)
 
     def is_prepared(self, model: torch.nn.Module) -> bool:
         """Whether ``model`` is a DeepSpeed engine."""
@@ -296,6 +306,7 @@ class DeepSpeedStrategy(Strategy):
             ),
             None,
         )
+        _moe_leaves(model, self.plugin.moe_classes())
         fill, extra = self._sections(optimizer, scheduler)
         config = self.plugin.ds_config(
             accumulation_steps=self.gradient_state.accumulation_steps,
@@ -502,6 +513,35 @@ class DeepSpeedStrategy(Strategy):
 
             unset_hf_deepspeed_config()
             self._transformers_view = None
+
+
+def _nvme_offload_built() -> bool:
+    """Whether DeepSpeed can offload to NVMe here: its async_io op is built or buildable."""
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+
+    return bool(AsyncIOBuilder().is_compatible(verbose=False))
+
+
+def _moe_leaves(model: torch.nn.Module, names: list[str]) -> None:
+    """ZeRO-3 gathers each mixture-of-experts block as one leaf (accelerate's
+    ``set_moe_leaf_modules``): the classes of ``model`` called ``names``.
+
+    Raises:
+        ConfigError: a name that is no class of the model's modules.
+    """
+    if not names:
+        return
+    from deepspeed.utils import set_z3_leaf_modules
+
+    classes = {type(m).__name__: type(m) for m in model.modules()}
+    unknown = [name for name in names if name not in classes]
+    if unknown:
+        raise ConfigError(
+            "DeepSpeedPlugin.transformer_moe_cls_names",
+            unknown[0],
+            "the class name of one of the model's modules",
+        )
+    set_z3_leaf_modules(model, [classes[name] for name in names])
 
 
 class TransformersView:

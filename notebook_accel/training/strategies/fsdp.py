@@ -63,7 +63,8 @@ class FsdpStrategy(Strategy):
 
     @property
     def device_mesh(self) -> DeviceMesh:
-        """The sharding mesh (``("shard",)``, or ``("replicate", "shard")`` for HSDP)."""
+        """The sharding mesh (``("dp_shard",)``, or ``("dp_replicate", "dp_shard")`` for
+        HSDP: accelerate's names)."""
         return self.sharder.mesh
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:

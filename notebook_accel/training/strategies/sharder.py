@@ -85,7 +85,7 @@ class Sharder:
     def mesh(self) -> DeviceMesh:
         """The device mesh, built on first use (it creates process groups: every rank)."""
         if self._mesh is None:
-            names = ("replicate", "shard") if len(self.mesh_shape) == 2 else ("shard",)
+            names = ("dp_replicate", "dp_shard") if len(self.mesh_shape) == 2 else ("dp_shard",)
             self._mesh = init_device_mesh(
                 self.state.device.type, self.mesh_shape, mesh_dim_names=names
             )
@@ -103,6 +103,12 @@ class Sharder:
                     dist.broadcast(tensor.data, src=0)
         kwargs = self._shard_kwargs()
         for module in targets:
+            if self.config.activation_checkpointing:
+                checkpoint_forward(
+                    module,
+                    offload=self.config.activation_checkpointing_offload,
+                    pin_memory=self.state.device.type == "cuda",
+                )
             fully_shard(module, **kwargs)
         fully_shard(model, **kwargs)
         new = dict(model.named_parameters())
@@ -145,6 +151,31 @@ class Sharder:
                     optimizer.state[new] = {k: _like(v, new) for k, v in old_state.items()}
                 count += 1
         return count
+
+
+def checkpoint_forward(module: torch.nn.Module, offload: bool, pin_memory: bool) -> None:
+    """Recompute ``module``'s activations in the backward pass: its forward runs under
+    ``torch.utils.checkpoint`` (non-reentrant), which keeps only the unit's inputs; with
+    ``offload`` those wait in (pinned, on CUDA) CPU memory until the backward pass
+    (``save_on_cpu``), as accelerate's ``checkpoint_wrapper`` + ``offload_wrapper`` do.
+
+    The module keeps its place and its parameter names (no wrapper module): state dicts,
+    optimizers and checkpoints are as without checkpointing. FSDP2 gathers the unit's
+    weights again for the recompute (its pre-backward hook runs first).
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    forward = module.forward
+
+    def checkpointed(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():  # evaluation: nothing to recompute
+            return forward(*args, **kwargs)
+        if offload:
+            with torch.autograd.graph.save_on_cpu(pin_memory=pin_memory):
+                return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    module.forward = checkpointed
 
 
 def return_freed_memory(who: str) -> None:
@@ -280,7 +311,9 @@ def no_sync(model: torch.nn.Module) -> Iterator[None]:
 
 
 def total_norm(grads: list[torch.Tensor], norm_type: float = 2.0) -> torch.Tensor:
-    """The norm of ``grads`` over every shard (a plain tensor, the same on every rank)."""
+    """The norm of ``grads`` over every shard (a plain tensor, the same on every rank); the
+    norm types 0 and inf too (DTensor reduces each as its kind needs: tests/training/
+    strategies/test_fsdp.py checks them against the whole gradients)."""
     norm = torch.nn.utils.get_total_norm(grads, norm_type)
     # Over DTensor shards the norm is a partial result: full_tensor() reduces it across ranks.
     return norm.full_tensor() if isinstance(norm, DTensor) else norm

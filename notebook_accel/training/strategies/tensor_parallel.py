@@ -151,7 +151,7 @@ class TensorParallelStrategy(Strategy):
             for tensor in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(tensor.data, src=0)
         parallelize_module(root, self.mesh["tp"], styles)
-        if self.data_parallel_size > 1:
+        if self.data_size > 1:
             # The TP slices are then sharded across the data-parallel dimension (FSDP2), or
             # with replicas, sharded within and replicated across them (HSDP).
             from torch.distributed.fsdp import fully_shard
@@ -179,7 +179,7 @@ class TensorParallelStrategy(Strategy):
 
     def model_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
         """Whole tensors on every rank (each DTensor gathered: every rank calls)."""
-        if self.data_parallel_size > 1:
+        if self.data_size > 1:
             full = fsdp2.full_state_dict(model)  # gathered over both dimensions, on rank 0
             return full if self.state.rank == 0 else {}
         return {
@@ -195,12 +195,12 @@ class TensorParallelStrategy(Strategy):
         return rest, ShardedPart(list(objects.model), list(objects.optimizer))
 
     @property
-    def data_parallel_rank(self) -> int:
+    def data_rank(self) -> int:
         """The rank along the data-parallel dimension (TP ranks share it, and their batches)."""
         return self.state.rank // self.config.tp_size
 
     @property
-    def data_parallel_size(self) -> int:
+    def data_size(self) -> int:
         """``dp_replicate_size x dp_shard_size``: the data is split across data-parallel
         ranks only."""
         return self.config.dp_replicate_size * self.config.dp_shard_size

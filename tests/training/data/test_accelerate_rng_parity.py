@@ -1,4 +1,4 @@
-"""One body of accelerate-style training code, through accelerate 1.15 and through ours.
+"""One body of accelerate-style training code, through accelerate 1.16 and through ours.
 
 The body (``_train``) is what a ported script does: ``Accelerator()``, ``set_seed`` once, a
 model with dropout, a loader, AdamW, ``prepare``, 2 epochs, no seeding after ``prepare``. Every

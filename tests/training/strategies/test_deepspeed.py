@@ -510,3 +510,65 @@ def test_missing_package_is_refused_naming_the_extra(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "deepspeed", None)
     with pytest.raises(ConfigError, match=r"notebook-accel\[deepspeed\]"):
         LaunchConfig(deepspeed=2)
+
+
+# ---- accelerate 1.16's plugin fields -------------------------------------------------------
+class Experts(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(6, 15)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.up(x))
+
+
+def _batch_and_moe() -> dict[str, Any]:
+    from notebook_accel.training.accelerator import Accelerator
+
+    out: dict[str, Any] = {}
+    train_loader = make_loader()
+    eval_loader = DataLoader(train_loader.dataset, batch_size=8)
+    for smallest in (True, False):
+        acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(is_train_batch_min=smallest))
+        model = make_model()
+        model, _, _, _ = acc.prepare(model, OPT(model.parameters()), train_loader, eval_loader)
+        out[smallest] = model.train_micro_batch_size_per_gpu()
+        acc.end_training()
+    plugin = DeepSpeedPlugin(zero_stage=3, transformer_moe_cls_names="Experts")
+    acc = Accelerator(deepspeed_plugin=plugin)
+    model = torch.nn.Sequential(Experts(), torch.nn.Linear(15, 3))
+    model, _ = acc.prepare(model, OPT(model.parameters()))
+    out["leaf"] = [getattr(m, "_z3_leaf", False) for m in model.module]
+    acc.end_training()
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(transformer_moe_cls_names="Nope"))
+    try:
+        acc.prepare(make_model())
+    except ConfigError as error:
+        out["unknown"] = str(error).splitlines()[0]
+    return out
+
+
+def test_accelerate_116_plugin_fields_batch_size_moe_leaves_and_nvme(tmp_path: Path) -> None:
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+
+    from notebook_accel.errors import NotProvidedError
+    from notebook_accel.training.accelerator import Accelerator
+
+    ((found),) = debug_launcher(_batch_and_moe, num_processes=1)
+    assert (found[True], found[False]) == (4, 8)  # train 4, eval 8: the smaller, or larger
+    assert found["leaf"] == [True, False]
+    assert "transformer_moe_cls_names" in found["unknown"] and "Nope" in found["unknown"]
+    nvme = DeepSpeedPlugin(
+        zero_stage=3,
+        offload_param_device="nvme",
+        offload_param_nvme_path=tmp_path,
+        offload_optimizer_device="cpu",
+        offload_optimizer_nvme_path=tmp_path / "unused",  # not "nvme": not DeepSpeed's
+    )
+    zero = nvme.deepspeed_config["zero_optimization"]
+    assert zero["offload_param"] == {"device": "nvme", "nvme_path": str(tmp_path)}
+    assert zero["offload_optimizer"] == {"device": "cpu"}
+    if AsyncIOBuilder().is_compatible(verbose=False):
+        pytest.skip("this DeepSpeed has its async_io op: NVMe offload is not refused here")
+    with pytest.raises(NotProvidedError, match="async_io"):
+        Accelerator(deepspeed_plugin=nvme)

@@ -21,11 +21,14 @@ from notebook_accel.training.strategies.sharder import FsdpConfig, Sharder, wrap
 
 
 class Block(torch.nn.Module):
+    calls = 0  # forwards run, recomputations included
+
     def __init__(self, width: int) -> None:
         super().__init__()
         self.fc = torch.nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        Block.calls += 1
         return x + torch.tanh(self.fc(x))
 
 
@@ -142,6 +145,67 @@ def test_fsdp_matches_ddp_and_shards_state() -> None:
         assert all(all(r[name]["skipped"]) for r in ranks) and len(ranks[0][name]["skipped"]) == 4
     # no_shard replicates: every rank holds everything.
     assert all(r["no_shard"]["local_params"] == r["no_shard"]["total_params"] for r in ranks)
+
+
+# ---- accelerate 1.16's FSDP2 -------------------------------------------------------------
+def _checkpointed(offload: bool) -> tuple[dict[str, Any], int]:
+    wrap = {"auto_wrap_classes": ["Block"], "activation_checkpointing": True}
+    before = Block.calls
+    run = train({**wrap, "activation_checkpointing_offload": offload}, steps=4)
+    return run, Block.calls - before
+
+
+def _fsdp2_116() -> dict[str, Any]:
+    from notebook_accel.training.accelerator import Accelerator
+
+    out: dict[str, Any] = {}
+    before = Block.calls
+    out["plain"] = train({"auto_wrap_classes": ["Block"]}, steps=4)
+    out["plain_calls"] = Block.calls - before
+    out["ac"], out["ac_calls"] = _checkpointed(offload=False)
+    out["ac_offload"], out["ac_offload_calls"] = _checkpointed(offload=True)
+
+    # a model prepared alone (evaluation), then its outputs are the unsharded model's
+    acc = Accelerator(fsdp={"auto_wrap_classes": ["Block"]})
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(acc.process_index))
+    expected = make_model()(x)
+    alone = acc.prepare(make_model())
+    with torch.no_grad():
+        out["eval_equal"] = torch.allclose(alone(x), expected, atol=1e-6)
+
+    # clipping: by value (allowed with FSDP2 in 1.16), by norm 2, inf and 0 (shards whole)
+    model = acc.prepare(make_model())
+    grads_zero = next(iter(model.parameters()))
+    loss = F.mse_loss(model(x), torch.zeros(4, 3))
+    acc.backward(loss)
+    grads_zero.grad.zero_()  # a gradient with no non-zero entry: norm 0 counts the others
+    whole = [p.grad.full_tensor() for p in model.parameters()]
+    out["norms"] = [
+        (
+            float(acc.clip_grad_norm_(model.parameters(), 1e9, norm_type=t)),
+            float(torch.nn.utils.get_total_norm(whole, t)),
+        )
+        for t in (2.0, float("inf"), 0.0)
+    ]
+    acc.clip_grad_value_(model.parameters(), 1e-4)
+    out["clamped"] = max(float(p.grad.to_local().abs().max()) for p in model.parameters())
+    return out
+
+
+def test_fsdp2_as_accelerate_116_checkpoints_evaluates_and_clips() -> None:
+    for rank in debug_launcher(_fsdp2_116, num_processes=2):
+        plain = rank["plain"]
+        for name in ("ac", "ac_offload"):
+            # the same training, the blocks' forwards run again in backward (2 blocks,
+            # 4 steps: 8 forwards, 8 recomputations)
+            _close(rank[name]["weights"], plain["weights"])
+            assert rank[name]["losses"] == pytest.approx(plain["losses"], rel=1e-6)
+            assert (rank["plain_calls"], rank[f"{name}_calls"]) == (8, 16)
+        assert rank["eval_equal"]
+        for ours, whole in rank["norms"]:
+            assert ours == pytest.approx(whole, rel=1e-6)
+        assert rank["norms"][2][0] == 7.0  # 8 gradients, one all zeros
+        assert rank["clamped"] <= 1e-4
 
 
 # ---- checkpoints -------------------------------------------------------------------------

@@ -58,7 +58,6 @@ def test_accelerate_fields_map_onto_fsdp_config() -> None:
         ("fsdp_version", 1),
         ("backward_prefetch", "BACKWARD_PRE"),
         ("forward_prefetch", True),
-        ("activation_checkpointing", True),
         ("use_orig_params", False),
         ("limit_all_gathers", False),
         ("cpu_ram_efficient_loading", True),
@@ -74,6 +73,21 @@ def test_accelerate_fields_map_onto_fsdp_config() -> None:
 def test_fields_without_a_counterpart_are_refused_by_name(field: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=rf"FullyShardedDataParallelPlugin\({field}\)"):
         FullyShardedDataParallelPlugin(**{field: value})
+
+
+def test_activation_checkpointing_is_the_wrapped_units_and_offload_needs_it() -> None:
+    wrap = {"auto_wrap_policy": "transformer_based_wrap", "transformer_cls_names_to_wrap": ["B"]}
+    config = FullyShardedDataParallelPlugin(
+        activation_checkpointing=True, activation_checkpointing_offload=True, **wrap
+    )
+    assert (config.activation_checkpointing, config.activation_checkpointing_offload) == (
+        True,
+        True,
+    )
+    with pytest.raises(ConfigError, match="activation_checkpointing=True"):  # accelerate's rule
+        FullyShardedDataParallelPlugin(activation_checkpointing_offload=True, **wrap)
+    with pytest.raises(ConfigError, match="auto_wrap_classes or min_num_params"):
+        FullyShardedDataParallelPlugin(activation_checkpointing=True)  # no unit to checkpoint
 
 
 def test_wrap_policies_need_their_parameter() -> None:

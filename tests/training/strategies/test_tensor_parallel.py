@@ -118,7 +118,7 @@ def _mesh_strategy(replicate: int, shard: int) -> tuple[str, tuple[int, ...], in
     model = acc.prepare(torch.nn.Linear(8, 8, bias=False))
     strategy = acc._strategy
     local = sum(p.to_local().numel() for p in model.parameters())
-    return strategy.name, tuple(strategy.sharder.mesh.shape), local, strategy.data_parallel_size
+    return strategy.name, tuple(strategy.sharder.mesh.shape), local, strategy.data_size
 
 
 def test_hsdp_from_the_mesh_sizes_is_fsdp_hybrid() -> None:
@@ -133,7 +133,7 @@ def _launched_mesh() -> tuple[str, int]:
 
     acc = Accelerator()
     acc.prepare(make_model())
-    return acc._strategy.name, acc._strategy.data_parallel_size
+    return acc._strategy.name, acc._strategy.data_size
 
 
 def test_launch_option_reaches_the_workers_and_is_checked_first() -> None:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ... import env
-from ...config import LaunchConfig, document, given
+from ...config import DEFAULT, LaunchConfig, document, given
 from ...errors import (
     ConfigError,
     LaunchTimeoutError,
@@ -139,6 +139,7 @@ class Workers:
         hardware: str | None = None,
         output: str | None = None,
         timeout: float | None = None,
+        stall_time: float | None = DEFAULT,
         gradient_accumulation_steps: int | None = None,
         seed: int | bool | None = None,
         start_method: str | None = None,

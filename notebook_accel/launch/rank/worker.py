@@ -7,6 +7,7 @@ forkserver child
   -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
   -> env:// meets in the launch's private store, NOTEBOOK_ACCEL_STORE (worker_store.route)
   -> random generators: fresh entropy, or the launch's seed
+  -> where.arm: answers the launcher's "where are you" (signals; nothing runs until asked)
   -> live.start: the health thread; Accelerator.log rows batched to the parent
   -> map the payload's shared memory (copy-on-write), unpickle the call, run it
   -> Result(value; large buffers through shared memory) or Failure(exception)
@@ -47,6 +48,7 @@ from ...reporting.channel import Failure, Result, Sender
 from ..wire.payload import Payload, load
 from ..wire.pickling import dumps
 from ..wire.transport import Shipment, pack
+from .where import arm as answer_where
 
 __all__ = [
     "call",
@@ -309,6 +311,7 @@ def start(
     route()
     quiet_torchao()
     sender = Sender(conn, marks)
+    answer_where(sender)  # [stall report] where this rank is, when the launcher asks
     from ...reporting import live, progress
 
     progress.attach(sender)

@@ -79,10 +79,11 @@ def headline(what: str, stall_time: float | None = None) -> str:
 
 
 class _Look:
-    """One question to the ranks, and their answers as they come."""
+    """One question to the ranks, and their answers as they come (it takes answers before
+    the question is out: a thread relaying for a job may bring one at once)."""
 
-    def __init__(self, asked: set[int], patience: float) -> None:
-        self.asked = asked
+    def __init__(self, patience: float) -> None:
+        self.asked: set[int] = set()
         self.answers: dict[int, Where] = {}
         self.started = time.monotonic()
         self.patience = patience
@@ -124,10 +125,9 @@ class StallWatch:
         """A sign of progress: a new quiet period starts."""
         self._since = time.monotonic()
         if self._first is not None or self._look is not None or self._reported:
-            with self._lock:
-                if self._look is not None:
-                    self._looks.remove(self._look)
-                self._first, self._look, self._reported = None, None, False
+            if self._look is not None:
+                self._close(self._look)
+            self._first, self._look, self._reported = None, None, False
 
     def answer(self, rank: int, where: Where) -> None:
         with self._lock:
@@ -149,9 +149,8 @@ class StallWatch:
             return
         if not look.done():
             return
-        with self._lock:
-            self._look = None
-            self._looks.remove(look)
+        self._look = None
+        self._close(look)
         if self._first is None:
             self._first = look.counts()
             return
@@ -165,14 +164,25 @@ class StallWatch:
         self.show(self.ranks.report(look.answers, head, native=True))
 
     def _ask(self) -> None:
+        look = self._open()
         asked = self.ranks.ask()
         if asked is None:  # a rank is still starting: that is not a stall
+            self._close(look)
             self._since, self._first = time.monotonic(), None
             return
-        look = _Look(asked, self.ranks.patience)
+        look.asked = asked
+        self._look = look
+
+    def _open(self) -> _Look:
+        look = _Look(self.ranks.patience)
         with self._lock:
-            self._look = look
             self._looks.append(look)
+        return look
+
+    def _close(self, look: _Look) -> None:
+        with self._lock:
+            if look in self._looks:
+                self._looks.remove(look)
 
     # -- at once ------------------------------------------------------------------------------
     def now(self, head: str, pump: Callable[[float], None] | None = None) -> str:
@@ -181,9 +191,8 @@ class StallWatch:
         ``pump(seconds)`` relays what the ranks send (the backend's loop); without it another
         thread relays (a background job's) and this one waits.
         """
-        look = _Look(self.ranks.ask() or set(), self.ranks.patience)
-        with self._lock:
-            self._looks.append(look)
+        look = self._open()
+        look.asked = self.ranks.ask() or set()
         try:
             while not look.done():
                 if pump is not None:
@@ -193,8 +202,7 @@ class StallWatch:
         except KeyboardInterrupt:
             pass  # the stop button again: what has come so far
         finally:
-            with self._lock:
-                self._looks.remove(look)
+            self._close(look)
         return self.ranks.report(dict(look.answers), head, native=False)
 
     def note(self, exc: BaseException, pump: Callable[[float], None] | None = None) -> None:

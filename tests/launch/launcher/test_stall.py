@@ -265,3 +265,22 @@ def test_a_quiet_loop_of_collectives_is_progress() -> None:
     config = LaunchConfig(num_processes=2, hardware="cpu", stall_time=1)
     assert launch(quiet_collectives, (), None, config, display=display) == [1, 1]
     assert display.reports == []
+
+
+def test_a_sessions_run_reports_and_its_stop_notes_where() -> None:
+    from notebook_accel import Workers
+
+    with Workers(num_processes=2, hardware="cpu", stall_time=STALL) as workers:
+        display = Recorder()
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            workers.call(busy_loop, display=display, stop=display.stop)
+        assert display.waited is not None and display.waited <= STALL + 5, display.waited
+        [text] = display.reports
+        waits = _line(busy_loop, "<- waits")
+        diagnosis = (
+            f"rank 1 has not reached the collective rank 0 waits in (barrier at {THIS}, "
+            f"line {waits})"
+        )
+        assert diagnosis in text, text
+        assert diagnosis in _note(stopped.value)
+    assert worker_processes() == []

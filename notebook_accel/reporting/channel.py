@@ -123,9 +123,10 @@ class Stack:
 class Where:
     """Where a rank is: each Python thread's stack, and what can be known besides.
 
-    Sent by the rank when asked; or read by the parent from what ``faulthandler`` wrote from
-    a signal handler when the rank's Python could not answer (``by="signal"``: a thread holds
-    the GIL inside C code).
+    Sent by the rank when asked (``by="python"``); or read by the parent from what
+    ``faulthandler`` wrote from a signal handler: ``"signal"`` when the rank's Python could
+    not answer (a thread holds the GIL inside C code), ``"dump"`` for a process that has no
+    message pipe to answer on (a TPU process).
     """
 
     threads: tuple[Stack, ...]

@@ -1,10 +1,10 @@
 """The stall report's look at this machine's ranks: an Engine's workers, a TPU launch's
 processes.
 
-    ask()      for each rank still at work that armed (its memfd is in /proc/<pid>/fd:
-               rank/where.py): its CPU time read (/proc/<pid>/stat), then ANSWER to its
-               responder thread (found by name in /proc/<pid>/task): its Where comes on
-               the message pipe
+    ask()      for each rank still at work that armed (its responder thread is in
+               /proc/<pid>/task by its name, its memfd in /proc/<pid>/fd: rank/where.py):
+               its CPU time read (/proc/<pid>/stat), then ANSWER to the responder thread:
+               its Where comes on the message pipe
     report()   each rank: its answer, else DUMP and the memfd's new text (its Python held
                inside C code, say); its CPU share since ask(); its child processes (a
                DataLoader's workers: their own stacks, dumped one after the other into the
@@ -47,8 +47,12 @@ _STATES = {
 }
 _SETTLE = 0.05  # seconds of no growth that end a process's dump into the memfd
 _DUMP_WAIT = 0.5  # seconds a child's dump may take at most
-_PY_SPY_WAIT = 2.5  # seconds py-spy may take per process (all at once)
+# seconds py-spy may take per process (all at once): it reads libtorch's symbols, 0.4 s on
+# an idle machine, 4 s on a loaded 2-core one; the report waits no longer (stall_time + 5 s)
+_PY_SPY_WAIT = 4.3
 _MAX_CHILDREN = 4  # child processes of a rank whose stacks are read
+_NATIVE_WIDTH = 120  # py-spy's lines shown up to this many characters (C++ names are long)
+_SLOW = "(py-spy took longer than the report could wait: left out)"
 
 
 @dataclass
@@ -152,13 +156,13 @@ def _dumped(path: str, offset: int, wait: float) -> str:
     return _read(path, offset)
 
 
-def _dump(pid: int, memfd: str, tid: int | None) -> Where | None:
+def _dump(pid: int, memfd: str, tid: int | None, by: str = "signal") -> Where | None:
     """``pid``'s stacks as faulthandler writes them from its signal handler (the GIL or not)
     into its memfd: DUMP, then the new text once it stops growing."""
     offset = _size(memfd)
     _signal(pid, tid, DUMP)
     threads = parse_faulthandler(_dumped(memfd, offset, _DUMP_WAIT))
-    return Where(threads, by="signal") if threads else None
+    return Where(threads, by=by) if threads else None
 
 
 def _py_spy() -> str | None:
@@ -167,7 +171,7 @@ def _py_spy() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("py-spy")
 
 
-def _native(program: str, pid: int) -> str:
+def _native(program: str, pid: int, wait: float = _PY_SPY_WAIT) -> str:
     """py-spy's dump of ``pid`` with native frames; "" where it is not allowed (it needs
     ptrace rights: the same user and ptrace_scope 0, or CAP_SYS_PTRACE in a container) or
     fails."""
@@ -176,25 +180,39 @@ def _native(program: str, pid: int) -> str:
             [program, "dump", "--pid", str(pid), "--native"],
             capture_output=True,
             text=True,
-            timeout=_PY_SPY_WAIT,
+            timeout=wait,
             check=False,
         )
+    except subprocess.TimeoutExpired:
+        return _SLOW
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout if done.returncode == 0 else ""
 
 
 def _user_thread(text: str, where: Where | None) -> str:
-    """Of py-spy's dump, the block of the thread running the user's function (all of it
-    where that thread is not found)."""
-    from ..wire.where import entry_index
+    """Of py-spy's dump (threads headed ``Thread <tid> (state): "name"``, innermost frame
+    first), the thread running the user's function down to the launcher's entry (hidden as
+    in the report), long C++ names cut."""
+    from ..wire.where import ENTRIES, entry_index
 
-    threads = [s.thread for s in (where.threads if where else ()) if entry_index(s) is not None]
-    blocks = text.split("\n\n")
-    for block in blocks:
-        if any(f"{ident:#x}".lower() in block.lower() for ident in threads):
-            return block
-    return "\n".join(text.splitlines()[:40])
+    names = [s.name for s in (where.threads if where else ()) if entry_index(s) is not None]
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith("Thread "):
+            blocks.append([line])
+        elif blocks and line.startswith(" "):
+            blocks[-1].append(line)
+    chosen = next(
+        (b for b in blocks if any(f': "{name}"' in b[0] for name in names)),
+        blocks[0] if blocks else [],
+    )
+    kept = []
+    for line in chosen:
+        if any(f"{name} (" in line and path in line for path, name in ENTRIES):
+            break  # the launcher's frames from here on
+        kept.append(line if len(line) <= _NATIVE_WIDTH else line[: _NATIVE_WIDTH - 3] + "...")
+    return "\n".join(kept)
 
 
 class Processes:
@@ -224,27 +242,30 @@ class Processes:
         self._looked = list(self.processes())
         for process in self._looked:
             pid = process.pid
+            starting = starting or process.state == "starting"
             if pid is None or process.state != "running":
                 continue
-            process.memfd = _memfd(pid)
+            tid = _responder(pid)  # started last by arm(): its handlers are in place
+            process.memfd = _memfd(pid) if tid is not None else ""
             if not process.memfd:
                 starting = True  # not armed yet: a signal would end it
                 continue
             found = _stat(pid)
             process.cpu = (time.monotonic(), found[1]) if found else None
             process.children = _children(pid)[:_MAX_CHILDREN]
-            tid = _responder(pid)
-            if tid is not None and process.answers:
+            if process.answers:
                 _signal(pid, tid, ANSWER)
                 asked.add(process.rank)
         return None if starting else asked
 
-    def report(self, answers: dict[int, Where], head: str, native: bool) -> str:
-        program = _py_spy() if native else None
+    def report(self, answers: dict[int, Where], head: str, native: float | None) -> str:
+        program = _py_spy() if native is not None else None
         looked = self._looked
         views = [self._view(process, answers.get(process.rank)) for process in looked]
-        if program is not None:
-            views = self._with_native(program, views)
+        if program is not None and native is not None:
+            wait = min(_PY_SPY_WAIT, native - time.monotonic())
+            if wait > 0.5:
+                views = self._with_native(program, views, wait)
         return report(views, self.origins, head)
 
     def _view(self, process: Process, answer: Where | None) -> RankView:
@@ -252,7 +273,10 @@ class Processes:
         state = "starting" if process.state == "running" and not process.memfd else process.state
         if pid is None or state != "running":
             return RankView(process.rank, state=state, pid=pid, label=process.label)
-        where = answer or (_dump(pid, process.memfd, _responder(pid)) if process.memfd else None)
+        by = "signal" if process.answers else "dump"
+        where = answer or (
+            _dump(pid, process.memfd, _responder(pid), by) if process.memfd else None
+        )
         found = _stat(pid)
         cpu = None
         if found is not None and process.cpu is not None:
@@ -277,20 +301,21 @@ class Processes:
         memfd = _memfd(pid)
         if not memfd or os.stat(memfd).st_ino != os.stat(rank.memfd).st_ino:
             return Child(pid, state)
-        return Child(pid, state, None, _dump(pid, memfd, None))
+        return Child(pid, state, None, _dump(pid, memfd, None, "dump"))
 
-    def _with_native(self, program: str, views: list[RankView]) -> list[RankView]:
+    def _with_native(self, program: str, views: list[RankView], wait: float) -> list[RankView]:
         """Each running rank's view with py-spy's frames, the processes dumped at once."""
 
         def dumped(view: RankView) -> RankView:
             if view.pid is None or view.state != "running":
                 return view
-            text = _native(program, view.pid)
+            text = _native(program, view.pid, wait)
             if not text:
                 return view
-            return RankView(**{**view.__dict__, "native": _user_thread(text, view.where)})
+            native = text if text == _SLOW else _user_thread(text, view.where)
+            return RankView(**{**view.__dict__, "native": native})
 
-        with ThreadPoolExecutor(max_workers=max(1, len(views))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(views), 8))) as pool:
             return list(pool.map(dumped, views))
 
 

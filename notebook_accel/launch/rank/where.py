@@ -21,8 +21,8 @@ the process runs.
 
 Until asked, the rank pays nothing: two signal handlers, a thread blocked in ``read`` and
 two file descriptors. The signals go to the responder thread (found by its name), so the
-user's thread is not interrupted, and to processes that armed only (the memfd's name says
-so; an unhandled real-time signal would end a process).
+user's thread is not interrupted, and to processes that armed only (the responder's name
+says so; an unhandled real-time signal would end a process).
 
 A cluster's rank (cluster/ray/ranks.py) calls ``snapshot`` from its own loop instead.
 """
@@ -91,10 +91,9 @@ def arm(sender: Sender | None) -> None:
     with _armed:
         if _state:
             return
-        # Until both handlers are in place a real-time signal would end the process: ignore
-        # them first; the parent asks only once the memfd exists.
-        for number in (DUMP, ANSWER):
-            signal.signal(number, signal.SIG_IGN)
+        # An unhandled real-time signal ends a process: the parent asks only once the
+        # responder thread (started last) shows by its name. (No signal.signal here: a TPU
+        # process arms from a device thread; faulthandler's handlers go in from any thread.)
         memfd = os.memfd_create(MEMFD, os.MFD_CLOEXEC)
         wake_r, wake_w = os.pipe2(os.O_CLOEXEC)
         # The handler runs in the responder thread, which cannot read while it writes: a

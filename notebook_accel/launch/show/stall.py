@@ -31,6 +31,7 @@ from ...reporting.channel import Where
 __all__ = ["Ranks", "Report", "StallWatch", "headline"]
 
 _CPU_WINDOW = 0.3  # seconds a look lasts at least: each rank's CPU share is measured over it
+_EXTRAS = 4.4  # seconds from a stall's last look to its report at most (py-spy's frames)
 _NOTE = "[notebook_accel]"
 
 
@@ -45,9 +46,10 @@ class Ranks(Protocol):
         yet), so nothing is asked."""
         ...
 
-    def report(self, answers: dict[int, Where], head: str, native: bool) -> str:
+    def report(self, answers: dict[int, Where], head: str, native: float | None) -> str:
         """The report's text from the answers (the ranks that gave none: what can be read
-        from outside); ``native``: py-spy's frames too, where allowed."""
+        from outside); ``native``: py-spy's frames too, where allowed, if they come by
+        then (time.monotonic()); None: none."""
         ...
 
 
@@ -161,7 +163,9 @@ class StallWatch:
         self.shown += 1
         head = headline(f"no rank has made progress for {quiet:.0f} s", self.stall_time)
         # (quiet: since the last progress, the looks included)
-        self.show(self.ranks.report(look.answers, head, native=True))
+        # The report comes within stall_time + 5 s of the last progress: py-spy's frames
+        # (slow to read on a loaded machine) only if they come by then.
+        self.show(self.ranks.report(look.answers, head, native=look.started + _EXTRAS))
 
     def _ask(self) -> None:
         look = self._open()
@@ -203,7 +207,7 @@ class StallWatch:
             pass  # the stop button again: what has come so far
         finally:
             self._close(look)
-        return self.ranks.report(dict(look.answers), head, native=False)
+        return self.ranks.report(dict(look.answers), head, native=None)
 
     def note(self, exc: BaseException, pump: Callable[[float], None] | None = None) -> None:
         """A timeout's or the stop button's error gets where each rank was, as a note (the

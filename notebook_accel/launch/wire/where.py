@@ -51,6 +51,7 @@ _CLOSING = ("notebook_accel/launch/rank/worker.py", "finish_distributed")
 # A session's worker between tasks.
 _IDLE = ("notebook_accel/launch/rank/serve.py", "main")
 _LOADER = "torch/utils/data/dataloader.py"
+_OURS = "/notebook_accel/"
 
 # The collectives a rank's function can wait in: torch.distributed's, torch_xla's.
 _COLLECTIVES = {
@@ -137,6 +138,7 @@ class Spot:
     collective: str | None = None  # the collective it waits in
     line: Frame | None = None  # its innermost frame of the user's own code
     loader: bool = False  # inside a DataLoader's iteration (waiting for its workers?)
+    loading: bool = False  # not in the function yet: the call unpickled (its imports)
 
 
 def locate(where: Where) -> tuple[list[Spot], str]:
@@ -149,14 +151,21 @@ def locate(where: Where) -> tuple[list[Spot], str]:
         if index is None:
             continue
         frames = stack.frames[index + 1 :]
-        own = [f for f in frames if not _is_library(f[0])]
+        ours = 0  # the launcher's own frames first: the call is still being unpickled
+        while ours < len(frames) and _OURS in frames[ours][0].replace("\\", "/"):
+            ours += 1
+        frames = frames[ours:]
         found = collective_of(frames)
+        # The user's line: the innermost of their own frames (above the collective: the
+        # call that waits in it).
+        own = [f for f in frames[:found] if not _is_library(f[0])]
         spots.append(
             Spot(
                 frames,
                 None if found is None else frames[found][2],
                 own[-1] if own else (frames[0] if frames else None),
                 any(f[0].replace("\\", "/").endswith(_LOADER) for f in frames),
+                ours > 0,
             )
         )
     if spots:
@@ -357,34 +366,47 @@ def _who(waiting: dict[int, Spot]) -> str:
 
 
 # -- each rank --------------------------------------------------------------------------------
-def _summary(view: RankView, spot: Spot | None, names: _Names) -> str:
+def _head(view: RankView) -> str:
+    """``rank 0 (pid 4242, sleeping, 0% CPU)``."""
     facts = [f"pid {view.pid}"] if view.pid is not None else []
     if view.process and view.process not in ("sleeping", "running"):
         facts.append(view.process)
     if _cpu(view):
         facts.append(_cpu(view).replace("busy: ", "").replace("idle: ", ""))
-    head = view.name + (f" ({', '.join(facts)})" if facts else "")
-    gone = _gone(view)
+    return view.name + (f" ({', '.join(facts)})" if facts else "")
+
+
+_OUTSIDE = {
+    "returned idle": "its task returned; idle, waiting for the next task",
+    "returned": "its function returned; it waits in the launcher's closing barrier",
+    "idle": "idle, waiting for the next task",
+}
+
+
+def _summary(view: RankView, spot: Spot | None, names: _Names) -> str:
+    head, gone = _head(view), _gone(view)
     if view.where is None:
-        if gone:
-            return f"{head}: {gone}"
-        return f"{head}: did not answer"
-    if gone == "returned" and locate(view.where)[1] == "idle":
-        return f"{head}: its task returned; idle, waiting for the next task"
-    if gone == "returned":
-        return f"{head}: its function returned; it waits in the launcher's closing barrier"
-    if gone == "idle":
-        return f"{head}: idle, waiting for the next task"
+        return f"{head}: {gone or 'did not answer'}"
+    outside = f"{gone} {locate(view.where)[1]}".strip()
+    if outside in _OUTSIDE or gone in _OUTSIDE:
+        return f"{head}: {_OUTSIDE.get(outside) or _OUTSIDE[gone]}"
     if spot is None:
         return f"{head}: {gone or 'not in a function of the launch'}"
+    return f"{head}: {_doing(spot, view.where, names)}"
+
+
+def _doing(spot: Spot, where: Where, names: _Names) -> str:
+    """What a rank's function is doing, where."""
     what = f"waiting in {spot.collective}" if spot.collective else "running its function"
-    if spot.collective and view.where.tensors:
-        what += f" ({view.where.tensors})"
+    if spot.loading:
+        what = "loading its function (unpickling the call: its imports)"
+    if spot.collective and where.tensors:
+        what += f" ({where.tensors})"
     if spot.line is not None:
         what += f" at {names.at(spot.line)}"
     if spot.loader and not spot.collective:
         what += ", in a DataLoader's iteration"
-    return f"{head}: {what}"
+    return what
 
 
 def _rank_lines(view: RankView, names: _Names) -> list[str]:
@@ -396,7 +418,13 @@ def _rank_lines(view: RankView, names: _Names) -> list[str]:
             "  (read from its signal handler: its Python did not answer, a thread holds the "
             "interpreter inside C code)"
         )
-    if spot is not None:
+    spots = locate(where)[0] if where is not None else []
+    if len(spots) > 1:  # a process of several devices: each device thread's function
+        for index, each in enumerate(spots, 1):
+            doing = f"waiting in {each.collective}" if each.collective else "running"
+            lines.append(f"  device thread {index} of {len(spots)}: {doing}")
+            lines += ["  " + line for line in names.lines(each.frames)]
+    elif spot is not None:
         lines += names.lines(spot.frames)
     elif where is not None and _gone(view) not in ("returned", "idle"):
         for stack in where.threads[:1]:  # no function of the launch: the first thread

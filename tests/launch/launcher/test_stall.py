@@ -8,10 +8,8 @@ stall_time + 5 s of that line. The launch is then stopped as the panel's Stop bu
 from __future__ import annotations
 
 import ctypes
-import inspect
 import os
 import re
-import threading
 import time
 from typing import Any
 
@@ -20,38 +18,11 @@ import pytest
 from notebook_accel import LaunchTimeoutError
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import launch
-from notebook_accel.launch.show.display import Display
 from tests.launch.helpers import worker_processes
+from tests.launch.stalls import Recorder, line_of, note_of
 
 STALL = 3.0
 THIS = "test_stall.py"
-
-
-def _line(function: Any, marker: str) -> int:
-    """The line of ``function`` that holds ``marker`` (a comment on the hanging line)."""
-    lines, first = inspect.getsourcelines(function)
-    return first + next(i for i, text in enumerate(lines) if marker in text)
-
-
-class Recorder(Display):
-    """A launch's display that keeps the stall reports, and stops the launch at the first."""
-
-    def __init__(self, output: str = "all") -> None:
-        super().__init__(output=output)
-        self.stop = threading.Event()
-        self.reports: list[str] = []
-        self.last_output = time.monotonic()
-        self.waited: float | None = None  # seconds from the last output to the report
-
-    def feed(self, rank: int, stream: str, data: bytes) -> None:
-        self.last_output = time.monotonic()
-        super().feed(rank, stream, data)
-
-    def stall_report(self, text: str) -> None:
-        if self.waited is None:
-            self.waited = time.monotonic() - self.last_output
-        self.reports.append(text)
-        self.stop.set()  # what the panel's Stop does: the next tick stops the launch
 
 
 def _until_reported(
@@ -70,12 +41,6 @@ def _until_reported(
     return display, stopped.value
 
 
-def _note(error: BaseException) -> str:
-    notes = [n for n in getattr(error, "__notes__", []) if "where each rank was" in n]
-    assert len(notes) == 1, getattr(error, "__notes__", None)
-    return notes[0]
-
-
 # -- the hangs ------------------------------------------------------------------------------
 def mismatched() -> None:
     import torch
@@ -92,7 +57,7 @@ def mismatched() -> None:
 
 def test_ranks_in_different_collectives_are_named_with_their_lines() -> None:
     display, stopped = _until_reported(mismatched, output="main")
-    zero, one = _line(mismatched, "<- rank 0"), _line(mismatched, "<- rank 1")
+    zero, one = line_of(mismatched, "<- rank 0"), line_of(mismatched, "<- rank 1")
     text = display.reports[0]
     assert text.startswith("[notebook_accel] no rank has made progress for"), text
     assert "the launch goes on" in text and "stall_time=None turns it off" in text
@@ -112,7 +77,7 @@ def test_ranks_in_different_collectives_are_named_with_their_lines() -> None:
     assert text.count(", in mismatched") == 2 and "dist.all_reduce(tensor)" in text
     assert "notebook_accel/launch" not in text, text
     # The stop button's error carries the same report.
-    note = _note(stopped)
+    note = note_of(stopped)
     assert note.startswith("[notebook_accel] stopped; where each rank was:"), note
     assert diagnosis in note
 
@@ -131,7 +96,7 @@ def busy_loop() -> None:
 
 def test_a_rank_looping_in_python_has_not_reached_the_barrier() -> None:
     display, _ = _until_reported(busy_loop)
-    spins, waits = _line(busy_loop, "<- spins"), _line(busy_loop, "<- waits")
+    spins, waits = line_of(busy_loop, "<- spins"), line_of(busy_loop, "<- waits")
     text = display.reports[0]
     assert (
         f"rank 1 has not reached the collective rank 0 waits in (barrier at {THIS}, line "
@@ -170,10 +135,10 @@ def blocked_holding_the_interpreter() -> None:
     ("function", "marker"),
     [(blocked_in_read, "<- nobody writes"), (blocked_holding_the_interpreter, "<- holds the GIL")],
 )
-def test_a_rank_blocked_in_c_code_still_says_its_line(function: Any, marker: str) -> None:
+def test_a_rank_blocked_in_c_code_still_says_itsline_of(function: Any, marker: str) -> None:
     display, _ = _until_reported(function)
     text = display.reports[0]
-    line = _line(function, marker)
+    line = line_of(function, marker)
     assert "rank 1 has not reached the collective rank 0 waits in" in text, text
     assert f"it is at {THIS}, line {line}" in text, text
     held = function is blocked_holding_the_interpreter
@@ -195,7 +160,7 @@ def returns_early() -> int:
 
 def test_a_rank_that_returned_while_another_waits() -> None:
     display, _ = _until_reported(returns_early)
-    line = _line(returns_early, "<- never sent")
+    line = line_of(returns_early, "<- never sent")
     text = display.reports[0]
     assert (
         "rank 1's function returned (it waits in the launcher's closing barrier) while "
@@ -223,11 +188,11 @@ def stuck_loader() -> None:
         pass
 
 
-def test_a_stuck_dataloader_worker_is_shown_with_its_line() -> None:
+def test_a_stuck_dataloader_worker_is_shown_with_itsline_of() -> None:
     display, _ = _until_reported(stuck_loader)
     text = display.reports[0]
-    rank_line = _line(stuck_loader, "<- the rank waits")
-    worker_line = _line(NeverReady.__getitem__, "<- the worker waits")
+    rank_line = line_of(stuck_loader, "<- the rank waits")
+    worker_line = line_of(NeverReady.__getitem__, "<- the worker waits")
     for rank in (0, 1):
         assert re.search(
             rf"rank {rank} waits for its DataLoader's workers: pid \d+ at {THIS}, line "
@@ -243,7 +208,7 @@ def test_a_timeout_carries_where_each_rank_was() -> None:
     with pytest.raises(LaunchTimeoutError) as raised:
         launch(mismatched, (), None, config, display=display)
     assert display.reports == []  # stall_time=None: no report by itself
-    note = _note(raised.value)
+    note = note_of(raised.value)
     assert note.startswith("[notebook_accel] its timeout ran out; where each rank was:"), note
     assert "the ranks wait in different collectives." in note
 
@@ -254,6 +219,7 @@ def quiet_collectives() -> int:
 
     dist.init_process_group("gloo")
     tensor = torch.ones(1)
+    print("ready", flush=True)
     for _ in range(150):  # nothing printed for ~3 s, but collectives complete
         dist.all_reduce(tensor)
         time.sleep(0.02)
@@ -276,11 +242,49 @@ def test_a_sessions_run_reports_and_its_stop_notes_where() -> None:
             workers.call(busy_loop, display=display, stop=display.stop)
         assert display.waited is not None and display.waited <= STALL + 5, display.waited
         [text] = display.reports
-        waits = _line(busy_loop, "<- waits")
+        waits = line_of(busy_loop, "<- waits")
         diagnosis = (
             f"rank 1 has not reached the collective rank 0 waits in (barrier at {THIS}, "
             f"line {waits})"
         )
         assert diagnosis in text, text
-        assert diagnosis in _note(stopped.value)
+        assert diagnosis in note_of(stopped.value)
     assert worker_processes() == []
+
+
+def _py_spy_allowed() -> bool:
+    """py-spy is installed (the pyspy extra) and may trace this user's processes."""
+    import subprocess
+    import sys
+
+    from notebook_accel.launch.local import where
+
+    program = where._py_spy()
+    if program is None:
+        return False
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    try:
+        return bool(where._native(program, child.pid))
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_py_spy_adds_native_frames_where_it_may_trace() -> None:
+    from notebook_accel.launch.local import where
+
+    if not _py_spy_allowed():
+        pytest.skip("py-spy is not installed, or has no ptrace rights here")
+    program = where._py_spy()
+    assert program is not None
+    assert where._native(program, 2**22 + 1) == ""  # no such process: nothing, quietly
+    display, stopped = _until_reported(mismatched)
+    text = display.reports[0]
+    # py-spy reads libtorch's symbols (0.4 s on an idle machine, 4 s on a loaded 2-core one:
+    # a rank whose dump takes longer goes without, the report on time)
+    slow = "native frames (py-spy):\n    (py-spy took longer than"
+    if text.count(slow) < 2:
+        assert re.search(r"native frames \(py-spy\):\n\s+Thread \d+ .*\"MainThread\"", text)
+        assert "c10d::" in text, text  # gloo's wait
+    assert "run_call" not in text, text  # the launcher's frames hidden
+    assert "py-spy" not in note_of(stopped)  # the stop button's note stays quick

@@ -327,10 +327,10 @@ class LaunchConfig:
     stall_time: float | None = option(
         60.0,
         check=_seconds,
-        doc="seconds without progress (no rank printed, stepped, updated a bar or completed "
-        "a collective) after which the cell shows where every rank is, once, without stopping "
-        "anything; ``None`` turns the report off. A timeout or the stop button adds the same "
-        "report to its error.",
+        doc="seconds without progress (no rank's output, bar, chart row, step or collective) "
+        "after which the cell shows where every rank is, once, without stopping anything; "
+        "``None`` turns that report off (a timeout's or the stop button's error still notes "
+        "where every rank was).",
         cli=Cli("stall_time", "SECONDS|none", _seconds_or_off),
         panel="Stall report (s)",
         session="yes",

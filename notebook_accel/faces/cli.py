@@ -130,8 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"notebook-accel {args.command}: error: {_cli_message(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"notebook-accel {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        notes = "".join(f"\n{note}" for note in getattr(exc, "__notes__", ()))  # where ranks were
+        print(f"notebook-accel {args.command}: interrupted{notes}", file=sys.stderr)
         return 130
 
 

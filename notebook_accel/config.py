@@ -39,6 +39,7 @@ from .errors import ConfigError
 from .options import rules
 
 __all__ = [
+    "DEFAULT",
     "Cli",
     "Hardware",
     "MixedPrecision",
@@ -77,6 +78,18 @@ class PrecisionType(enum.StrEnum):
 Check = Callable[[str, Any], Any]  # (option's name, value) -> its stored form, or ConfigError
 
 
+class _Default:
+    """A launcher's parameter left out, for an option whose ``None`` is a value of its own."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+# The launchers' default of such an option (stall_time: None turns the report off): the
+# config file's value, else the table's.
+DEFAULT: Any = _Default()
+
+
 @dataclass(frozen=True)
 class Cli:
     """How ``notebook-accel launch`` spells an option: ``--flag`` (accelerate's name, with its
@@ -107,6 +120,9 @@ class Option:
             and accelerate's own classes (our code reads the LaunchConfig, never these).
         text: the value as those variables hold it (default ``str``); None: not set (the
             user's own value, if any, stays).
+        unset: what a launcher's parameter holds when the call leaves it out (then the
+            config file's value, else the default, is taken): ``None``, or :data:`DEFAULT`
+            for an option whose ``None`` is a value of its own.
     """
 
     check: Check
@@ -119,6 +135,7 @@ class Option:
     worker: bool = False
     variables: tuple[str, ...] = ()
     text: Callable[[Any], str | None] = str
+    unset: Any = None
 
 
 _OPTION = "notebook_accel.option"
@@ -271,6 +288,10 @@ def _refused(name: str, value: Any) -> Any:
     refused by name otherwise (refusals.PARAMETERS)."""
     refusals.refuse_given("notebook_launcher", **{name: value})
     return value
+def _seconds_or_off(text: str) -> float | None:
+    """A command-line number of seconds, or ``none``/``off`` (ValueError, which argparse
+    reports, otherwise)."""
+    return None if text.strip().lower() in ("none", "off") else float(text)
 
 
 def _json_object(text: str) -> Any:
@@ -341,6 +362,18 @@ class LaunchConfig:
         file=False,
         cli=Cli("timeout", "SECONDS", float),
         session="yes",
+    )
+    stall_time: float | None = option(
+        60.0,
+        check=_seconds,
+        doc="seconds without progress (no rank's output, bar, chart row, step or collective) "
+        "after which the cell shows where every rank is, once, without stopping anything; "
+        "``None`` turns that report off (a timeout's or the stop button's error still notes "
+        "where every rank was).",
+        cli=Cli("stall_time", "SECONDS|none", _seconds_or_off),
+        panel="Stall report (s)",
+        session="yes",
+        unset=DEFAULT,
     )
     gradient_accumulation_steps: int = option(
         1,
@@ -598,10 +631,11 @@ class LaunchConfig:
     def from_defaults(cls, path: Path | None = None, **given: Any) -> LaunchConfig:
         """Built-in defaults, overridden by the config file, overridden by ``given``.
 
-        Arguments passed as ``None`` count as not given (the file's value, if any, is used).
-        ``seed=False`` and ``fsdp=False`` (or ``"no"``) clear a seed or FSDP choice the file
-        holds. ``from_file`` names the values that the file decided and that differ from the
-        built-in defaults.
+        Arguments passed as ``None`` count as not given (the file's value, if any, is used),
+        but for an option whose ``None`` is a value (``Option.unset``: :data:`DEFAULT` is its
+        not given). ``seed=False`` and ``fsdp=False`` (or ``"no"``) clear a seed or FSDP
+        choice the file holds. ``from_file`` names the values that the file decided and that
+        differ from the built-in defaults.
         """
         path = path or env.config_file()
         saved = load_file(path, cls)
@@ -610,10 +644,12 @@ class LaunchConfig:
         if unknown:
             raise TypeError(f"not a launch option: {unknown[0]}")
         values: dict[str, Any] = dict(saved)
-        values.update({k: v for k, v in given.items() if v is not None})
+        values.update({k: v for k, v in given.items() if v is not table[k].unset})
         defaults = {f.name: f.default for f in fields(cls)}
         decided = tuple(
-            k for k, v in saved.items() if k in table and given.get(k) is None and v != defaults[k]
+            k
+            for k, v in saved.items()
+            if k in table and given.get(k, table[k].unset) is table[k].unset and v != defaults[k]
         )
         chosen = {k: v for k, v in values.items() if k in table}
         return cls(**chosen, from_file=decided, file_path=str(path))

@@ -224,3 +224,31 @@ def test_rdzv_endpoint_and_timeout_reach_the_launch() -> None:
         )
     assert "AssertionError" not in str(caught.value)
     assert time.monotonic() - start < 30  # not the launcher's default wait
+def test_stall_time_left_out_takes_the_file_and_none_turns_the_report_off() -> None:
+    from notebook_accel.config import DEFAULT
+    from notebook_accel.faces.cli import build_parser, config_from
+    from notebook_accel.faces.panel import LaunchPanel
+    from notebook_accel.hardware import Machine
+
+    assert LaunchConfig().stall_time == 60
+    for wrong in (0, -1, "soon", True):
+        with pytest.raises(ConfigError, match="stall_time=.*seconds > 0, or None"):
+            LaunchConfig(stall_time=wrong)
+    save_file(LaunchConfig(stall_time=5))
+    # left out (the launchers' DEFAULT): the file's; None: off, over the file's
+    assert LaunchConfig.from_defaults(stall_time=DEFAULT).stall_time == 5
+    assert LaunchConfig.from_defaults(stall_time=None).stall_time is None
+    assert LaunchConfig.from_defaults(stall_time=None).from_file == ()
+    # the command line: --stall_time none, or a number; absent: the file's
+    parse = build_parser().parse_args
+    assert config_from(parse(["launch", "--stall_time", "none", "x.py"])).stall_time is None
+    assert config_from(parse(["launch", "--stall-time", "7.5", "x.py"])).stall_time == 7.5
+    assert config_from(parse(["launch", "x.py"])).stall_time == 5
+    # the panel: a plain control; "null" turns it off, empty leaves it to the file
+    panel = LaunchPanel(lambda: 1, machine=Machine(cpu_cores=2))
+    control = panel._controls["Stall report (s)"].widget
+    assert control.value == "5"
+    control.value = "null"
+    assert panel.launch_config.stall_time is None
+    control.value = ""
+    assert panel.launch_config.stall_time == 5

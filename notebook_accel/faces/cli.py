@@ -38,12 +38,12 @@ _FIELD_TO_OPTION["script"] = "script"
 _FIELD_TO_OPTION["rendezvous_timeout"] = "--rendezvous_timeout"
 
 
-def _add(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
+def _add(parser: argparse.ArgumentParser, name: str, default: Any = None, **kwargs: Any) -> None:
     # Both spellings, --num_processes (accelerate's) and --num-processes.
     spellings = [f"--{name}"]
     if "_" in name:
         spellings.append(f"--{name.replace('_', '-')}")
-    parser.add_argument(*spellings, dest=name, default=None, **kwargs)
+    parser.add_argument(*spellings, dest=name, default=default, **kwargs)
 
 
 def _launch_parser(sub: Any, table: type[LaunchConfig]) -> None:
@@ -59,6 +59,7 @@ def _launch_parser(sub: Any, table: type[LaunchConfig]) -> None:
             _add(
                 p,
                 spec.cli.flag,
+                default=spec.unset,  # not given: the config file's
                 type=spec.cli.parse,
                 choices=spec.choices or None,
                 metavar=spec.cli.metavar,
@@ -129,8 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"notebook-accel {args.command}: error: {_cli_message(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"notebook-accel {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        notes = "".join(f"\n{note}" for note in getattr(exc, "__notes__", ()))  # where ranks were
+        print(f"notebook-accel {args.command}: interrupted{notes}", file=sys.stderr)
         return 130
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import env, hardware
-from ..config import LaunchConfig, document, given
+from ..config import DEFAULT, LaunchConfig, document, given
 from ..errors import ConfigError, LaunchTimeoutError, UserFrames
 from .backend import Backend
 from .cluster.backend import for_cluster
@@ -123,8 +123,12 @@ def _attempts(
             group.fail(exc)
             if exc.timeout == config.timeout:
                 raise
-            # The attempt had what was left of the launch's timeout; name the user's.
-            raise LaunchTimeoutError(config.timeout) from None  # type: ignore[arg-type]
+            # The attempt had what was left of the launch's timeout; name the user's (and keep
+            # the notes: where each rank was).
+            named = LaunchTimeoutError(config.timeout)  # type: ignore[arg-type]
+            for note in getattr(exc, "__notes__", ()):
+                named.add_note(note)
+            raise named from None
         except Exception as exc:  # not KeyboardInterrupt: the stop button is final
             reason = group.cause(number, exc)  # before we publish our own restart
             if not group.restarting(number, exc):
@@ -151,6 +155,7 @@ def notebook_launcher(
     hardware: str | None = None,
     output: str | None = None,
     timeout: float | None = None,
+    stall_time: float | None = DEFAULT,
     gradient_accumulation_steps: int | None = None,
     seed: int | bool | None = None,
     num_nodes: int | None = None,
@@ -188,8 +193,9 @@ def notebook_launcher(
         use_port: HF accelerate's name for ``master_port``.
         {options}
 
-    Arguments left at ``None`` take the config file's value (written by the panel's "Save as
-    default" or ``notebook-accel config``); the banner names each value that came from it.
+    Arguments left out take the config file's value (written by the panel's "Save as default"
+    or ``notebook-accel config``): ``None`` for most, but ``stall_time=None`` turns its report
+    off. The banner names each value that came from the file.
 
     Returns:
         The list of every rank's return value on this machine, in rank order.

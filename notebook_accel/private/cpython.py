@@ -30,6 +30,8 @@ length is ``_authkey_len`` there).
                                                                       3.11: the loop's pid)
     semaphore_finalizers         util._finalizer_registry, SemLock.   none found: the resource
                                    _cleanup                            tracker unlinks them
+    thread_frames (rank/where.py) sys._current_frames (a dict of      {}: the stall report reads
+                                   thread id -> frame)                 what faulthandler wrote
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import os
 import socket
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -57,6 +60,7 @@ __all__ = [
     "receive_fds",
     "semaphore_finalizers",
     "send_fds",
+    "thread_frames",
     "is_abstract",
     "serve_forkserver",
     "start_resource_tracker",
@@ -441,3 +445,22 @@ def semaphore_finalizers() -> list[Callable[[], Any]]:
         return []
     found = [f for f in list(registry.values()) if getattr(f, "_callback", None) is cleanup]
     return [f for f in found if callable(f)]
+
+
+def thread_frames() -> dict[int, types.FrameType]:
+    """Each Python thread's current frame, by thread id (``threading.get_ident``).
+
+    Relies on ``sys._current_frames`` (every CPython since 2.5; its name says it is for
+    debuggers). Where it is missing or answers otherwise: {} (the stall report then takes
+    the stacks faulthandler writes, launch/rank/where.py).
+    """
+    current = getattr(sys, "_current_frames", None)
+    if not callable(current):
+        return {}
+    try:
+        frames = current()
+    except Exception:  # noqa: BLE001 - a debugging aid never breaks the rank
+        return {}
+    if not isinstance(frames, dict):
+        return {}
+    return {k: v for k, v in frames.items() if isinstance(v, types.FrameType)}

@@ -36,6 +36,10 @@ None/False, and the caller takes the public route). Every name was read in torch
     replace_init_process_group     c10d.init_process_group          False: torch's own init
     default_store                  c10d._get_default_store          None: the caller pairs
                                                                     its ranks by collectives
+    collectives_issued             ProcessGroup._get_sequence_      None: the stall report
+                                   number_for_group, _world.pg_map  sees output and steps only
+    flight_recorder                _C._distributed_c10d.            (): the report without
+                                   _dump_fr_trace_json              the recorder's entries
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ from typing import Any
 __all__ = [
     "PYTREE_LOGGER",
     "children",
+    "collectives_issued",
     "compiled_original",
+    "flight_recorder",
     "has_tensor",
     "is_buffer",
     "non_persistent_buffers",
@@ -458,3 +464,56 @@ def default_store() -> Any:
     """
     get = getattr(_c10d(), "_get_default_store", None)
     return get() if callable(get) else None
+
+
+def collectives_issued() -> int | None:
+    """How many collectives this process has issued so far, over every live process group
+    (a rank waiting in one issues no more: the stall report's measure of progress); None
+    without a process group, or where torch does not count them.
+
+    Relies on ``ProcessGroup._get_sequence_number_for_group()`` (gloo and NCCL count every
+    collective, DDP's own included) and on ``_world.pg_map`` for the groups; only the default
+    group where that table is missing.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    groups = list(process_groups()) or [world_group()]
+    total = 0
+    for group in groups:
+        count = getattr(group, "_get_sequence_number_for_group", None)
+        if not callable(count):
+            return None
+        try:
+            number = count()
+        except Exception:  # noqa: BLE001 - a group not set up on this rank, a backend without one
+            continue
+        if isinstance(number, int):
+            total += number
+    return total
+
+
+def flight_recorder(last: int = 4) -> tuple[dict[str, Any], ...]:
+    """The flight recorder's ``last`` entries (oldest first), when it is on
+    (``TORCH_FR_BUFFER_SIZE``, or ``TORCH_NCCL_TRACE_BUFFER_SIZE`` for NCCL): each a dict with
+    at least ``profiling_name``, ``collective_seq_id``, ``input_sizes``, ``input_dtypes`` and
+    ``state``; () when it is off or answers otherwise.
+
+    Relies on ``torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives,
+    onlyActive)`` (JSON bytes with an ``entries`` list).
+    """
+    import json
+
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    dump = getattr(c10d, "_dump_fr_trace_json", None)
+    if not callable(dump):
+        return ()
+    try:
+        entries = json.loads(dump(includeCollectives=True, onlyActive=False)).get("entries")
+    except Exception:  # noqa: BLE001 - no recorder, another format: the report goes without
+        return ()
+    if not isinstance(entries, list):
+        return ()
+    wanted = ("profiling_name", "collective_seq_id", "input_sizes", "input_dtypes", "state")
+    kept = [e for e in entries if isinstance(e, dict) and all(k in e for k in wanted)]
+    return tuple(kept[-last:]) if last > 0 else ()

@@ -12,6 +12,8 @@
                                              through shared memory, transport.py)
     Failure(type, message, traceback,   -->  stop the other ranks, re-raise in the cell
             exception, time)
+    Where(threads, collectives, ...)    -->  the stall report (launch/show/stall.py): where
+      (asked: launch/rank/where.py)           each rank is, when the launcher asks
 
 Output lines do not travel here: each worker's stdout/stderr file descriptors are pipes read by
 the parent (so that C code's writes are relayed too). Progress, Displayed and Metrics carry the
@@ -43,6 +45,8 @@ __all__ = [
     "Health",
     "Result",
     "Failure",
+    "Stack",
+    "Where",
     "Message",
     "Sender",
     "receive",
@@ -133,7 +137,40 @@ class Failure:
         return cls(f"{kind.__module__}.{kind.__qualname__}", str(exc), text, blob)
 
 
-Message = Progress | Displayed | Metrics | Health | Result | Failure
+# ---- where a rank is, when the launcher asks (launch/rank/where.py) ----------------------
+Frame = tuple[str, int, str]  # (file, line, function)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One Python thread of a rank: its frames, outermost first (as a traceback lists them)."""
+
+    thread: int  # threading.get_ident()
+    name: str
+    frames: tuple[Frame, ...]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a rank is: each Python thread's stack, and what can be known besides.
+
+    Sent by the rank when asked (``by="python"``); or read by the parent from what
+    ``faulthandler`` wrote from a signal handler: ``"signal"`` when the rank's Python could
+    not answer (a thread holds the GIL inside C code), ``"dump"`` for a process that has no
+    message pipe to answer on (a TPU process).
+    """
+
+    threads: tuple[Stack, ...]
+    collectives: int | None = None  # collectives issued so far, over every process group
+    tensors: str = ""  # the tensors of the collective the rank's function waits in
+    recorder: tuple[str, ...] = ()  # the flight recorder's last collectives, when it is on
+    cpu: float | None = None  # CPU seconds the process has used (os.times)
+    busy: float | None = None  # its CPU share just before (percent of one core), if measured
+    by: str = "python"
+    time: float = field(default_factory=time.time)
+
+
+Message = Progress | Displayed | Metrics | Health | Result | Failure | Where
 
 
 class Sender:
@@ -168,6 +205,8 @@ Marks = tuple[int, int] | None
 def receive(conn: Connection) -> tuple[Marks, Message]:
     """The parent's end: read one message and its output marks (EOFError: the worker closed)."""
     marks, message = pickle.loads(conn.recv_bytes())
-    if not isinstance(message, Progress | Displayed | Metrics | Health | Result | Failure):
+    if not isinstance(
+        message, Progress | Displayed | Metrics | Health | Result | Failure | Where
+    ):
         raise TypeError(f"unexpected message from a worker: {type(message).__name__}")
     return marks, message

@@ -209,3 +209,47 @@ def test_unreachable_main_address_fails_within_the_rendezvous_timeout(
     assert done.returncode == 1
     assert "--main_process_ip" in done.stderr and "192.0.2.1" in done.stderr
     assert time.monotonic() - start < 30
+
+
+HANGS = """\
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+print("ready", flush=True)
+if dist.get_rank() == 0:
+    dist.all_reduce(torch.ones(1))
+else:
+    dist.broadcast(torch.ones(1), 0)
+"""
+
+
+def test_a_stalled_script_is_reported_and_ctrl_c_says_where(tmp_path: Path) -> None:
+    import signal
+
+    script = tmp_path / "hangs.py"
+    script.write_text(HANGS)
+    env = dict(os.environ, NOTEBOOK_ACCEL_CONFIG_FILE=str(tmp_path / "config.json"))
+    command = [sys.executable, "-m", "notebook_accel.faces.cli", "launch", "--num_processes"]
+    child = subprocess.Popen(
+        [*command, "2", "--stall_time", "3", str(script)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        lines = []
+        for line in child.stdout:  # until the report's diagnosis comes
+            lines.append(line)
+            if "the ranks wait in different collectives" in line:
+                break
+        assert (
+            "rank 0 in all_reduce at hangs.py, line 5; rank 1 in broadcast at line 7" in (lines[-1])
+        ), lines
+        child.send_signal(signal.SIGINT)  # Ctrl-C in the terminal
+        _, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 130
+    assert "notebook-accel launch: interrupted\n[notebook_accel] stopped; where each" in err, err
+    assert "rank 1 in broadcast at line 7" in err, err

@@ -9,7 +9,8 @@ prepare()  the forkserver warm (forkserver.warm_up), the large buffers into shar
            machines' group (meet/group.py), held until close()
 run(n)     attempt n: the engine's workers meet in fresh keys of the store
            (place.attempt), run and are stopped whatever the ending (engine.py); the
-           machines in step (the group's watch), refused connections into the banner
+           machines in step (the group's watch), refused connections into the banner; a
+           stall reported, a timeout's or stop's error noted (where.py, show/stall.py)
 close()    machine 0's last refusals said; everything prepare took, released
 """
 
@@ -31,6 +32,7 @@ from ..wire.pickling import Outgoing
 from ..wire.shm import shipped
 from .engine import Engine
 from .forkserver import warm_up
+from .where import Processes, engine_ranks
 
 __all__ = ["LocalBackend"]
 
@@ -89,7 +91,11 @@ class LocalBackend:
         with self._place.attempt(attempt) as (port, store):
             layout = layout_for(self.config, self._plan, attempt, store)
             engine = Engine(layout, self._payload, display, port, self.config.start_method, watch)
-            result = engine.run(timeout)
+            try:
+                watch_stalls(display, engine, self.config, self._payload)
+                result = engine.run(timeout)
+            finally:
+                display.watch_stalls(None, None)
             self.group.done(attempt)  # machine 0 keeps the table up until every machine is done
         return result
 
@@ -112,3 +118,14 @@ class LocalBackend:
                     display.banner(line)
         finally:
             self._held.close()
+
+
+def watch_stalls(display: Display, engine: Engine, config: LaunchConfig, payload: Payload) -> None:
+    """[stall report] ``display`` looks for a stall of ``engine``'s ranks (config.stall_time),
+    and a timeout's or the stop button's error notes where they were (stall_time None too:
+    only the report by itself is off)."""
+    stalls = display.watch_stalls(
+        config.stall_time, Processes(engine_ranks(engine), payload.code_origins)
+    )
+    assert stalls is not None
+    engine.before_stop = lambda exc: stalls.note(exc, engine.poll)

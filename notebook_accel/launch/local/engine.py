@@ -133,6 +133,9 @@ class Engine:
         self._with_commands = commands
         self._stopping_since: float | None = None
         self.selector = selectors.DefaultSelector()
+        # [stall report] called with what ends run() before the workers are stopped (a
+        # timeout, the stop button: where each rank was goes into the error's notes).
+        self.before_stop: Callable[[BaseException], None] | None = None
 
     # -- starting ---------------------------------------------------------------------------
     def _start_one(self, local_rank: int) -> Rank:
@@ -491,7 +494,9 @@ class Engine:
         try:
             self.start()
             return self.supervise(timeout)
-        except BaseException:
+        except BaseException as exc:
+            if self.before_stop is not None:
+                self.before_stop(exc)
             # KeyboardInterrupt included: every worker stops within the grace, then SIGKILL.
             self.stop(grace=1.0)
             raise

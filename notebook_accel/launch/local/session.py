@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from ... import env
-from ...config import LaunchConfig, document, given
+from ...config import DEFAULT, LaunchConfig, document, given
 from ...errors import (
     ConfigError,
     LaunchTimeoutError,
@@ -64,13 +64,15 @@ from ..rank import serve
 from ..show import charts
 from ..show.background import CellDisplay
 from ..show.display import Display
+from ..show.stall import Report
 from ..wire.payload import Payload, build
 from ..wire.shm import shipped, transport
 from ..wire.transport import Paired, Shipment, unpack
 from .engine import Engine, Rank
 from .forkserver import warm_up
+from .where import Processes, engine_ranks
 
-__all__ = ["Job", "State", "Workers", "latest"]
+__all__ = ["Job", "Report", "State", "Workers", "latest"]
 
 _GRACE = 5.0  # seconds interrupted ranks get to come back, and the probe to answer
 _CLOSE_GRACE = 5.0  # seconds the workers get to leave the group and exit by themselves
@@ -82,6 +84,7 @@ _CLOSED = (
     "[notebook_accel] the session's workers were stopped and it is closed ({why}); its "
     "namespace is gone: restart() starts fresh workers."
 )
+_ASKED = "[notebook_accel] where each rank is (asked with where()):"
 
 
 class State(enum.Enum):
@@ -139,6 +142,7 @@ class Workers:
         hardware: str | None = None,
         output: str | None = None,
         timeout: float | None = None,
+        stall_time: float | None = DEFAULT,
         gradient_accumulation_steps: int | None = None,
         seed: int | bool | None = None,
         start_method: str | None = None,
@@ -319,6 +323,7 @@ class Workers:
         inputs = transport().ship(buffers, results=False, kept=True)
         payload = dataclasses.replace(payload, shipment=inputs)
         engine.retarget(display, watch, payload)
+        self._watch_stalls(display, engine, payload)
         timeout = self.config.timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         self._state = State.RUNNING
@@ -332,6 +337,11 @@ class Workers:
             engine.wait_answered(chosen, 1.0)  # the worker's end shows
             self._died()
         return _Task(chosen, payload, inputs, display, timeout, deadline)
+
+    def _watch_stalls(self, display: Display, engine: Engine, payload: Payload) -> None:
+        """[stall report] ``display`` looks for a stall of the session's ranks."""
+        ranks = Processes(engine_ranks(engine), payload.code_origins)
+        display.watch_stalls(self.config.stall_time, ranks)
 
     def _died(self) -> NoReturn:
         engine = self._open_engine()
@@ -353,6 +363,9 @@ class Workers:
         engine = self._open_engine()
         try:
             problem = self._wait(engine, task)
+            if problem is not None and task.display.stalls is not None:
+                # A timeout or the stop button: where each rank was, before the interrupt.
+                task.display.stalls.note(problem, engine.poll)
             if problem is not None:
                 problem = self._recover(task, problem)
             if self._state is State.RUNNING:
@@ -425,6 +438,7 @@ class Workers:
             engine.flush_output()
             engine.forget_answers()
             engine.retarget(task.display)  # no watch between tasks
+        task.display.watch_stalls(None, None)
         task.display.close()
         task.inputs.release()
 
@@ -570,6 +584,33 @@ class Workers:
             compile(code, filename, "exec")
             self.call(serve.Cell(code, filename), ranks=ranks, timeout=timeout)
 
+    def where(self) -> Report:
+        """Where every rank is now: the stack of the thread running each rank's task (or
+        that it is idle), with what the ranks' places mean together, as a stall report
+        shows it. A background job's ranks while it runs (``Job.where()``).
+
+        Example:
+            >>> w.where()  # doctest: +SKIP
+            [notebook_accel] where each rank is (asked with where()):
+            rank 0 (pid 4242, 0% CPU): idle, waiting for the next task
+            rank 1 (pid 4243, 0% CPU): idle, waiting for the next task
+        """
+        with UserFrames():
+            job = self._job
+            if job is not None and not job.done():
+                return job.where()
+            with self._turn():
+                engine = self._open_engine()
+                shown = engine.display
+                display = Display(output="none")
+                engine.retarget(display)
+                try:
+                    self._watch_stalls(display, engine, engine.payload)
+                    assert display.stalls is not None
+                    return Report(display.stalls.now(_ASKED, engine.poll))
+                finally:
+                    engine.retarget(shown)
+
 
 Workers.__doc__ = document(Workers.__doc__, session=True)
 
@@ -606,6 +647,21 @@ class Job:
                 raise self._error
             assert self._value is not None
             return self._value
+
+    def where(self) -> Report:
+        """Where every rank of the job is now (the job goes on): the stack of the thread
+        running each rank's task, with what the ranks' places mean together, as a stall
+        report shows it.
+
+        Example:
+            >>> job.where()  # doctest: +SKIP
+            [notebook_accel] where each rank is (asked with where()):
+            rank 0 (pid 4242, 100% CPU): running its function at Cell In[7], line 3 ...
+        """
+        stalls = self._display.stalls
+        if stalls is None:  # the job has ended
+            return Report(f"{_ASKED}\nthe job has ended ({self!r}).")
+        return Report(stalls.now(_ASKED))  # the job's thread relays the answers
 
     def stop(self) -> None:
         """Interrupt every rank's code, as the stop button does; returns once the job ended.

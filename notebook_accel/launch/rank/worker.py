@@ -7,6 +7,7 @@ forkserver child
   -> environment := parent's environment + RANK/WORLD_SIZE/... (env.install)
   -> env:// meets in the launch's private store, NOTEBOOK_ACCEL_STORE (worker_store.route)
   -> random generators: fresh entropy, or the launch's seed
+  -> where.arm: answers the launcher's "where are you" (signals; nothing runs until asked)
   -> a launch from a notebook: IPython's display machinery is the rank's own
      (reporting/shell.py: displays, library bars)
   -> live.start: the health thread; Accelerator.log rows batched to the parent
@@ -50,6 +51,7 @@ from ...reporting.channel import Failure, Result, Sender
 from ..wire.payload import Payload, load
 from ..wire.pickling import dumps
 from ..wire.transport import Shipment, pack
+from .where import arm as answer_where
 
 __all__ = [
     "call",
@@ -313,6 +315,7 @@ def start(
     route()
     quiet_torchao()
     sender = Sender(conn, marks)
+    answer_where(sender)  # [stall report] where this rank is, when the launcher asks
     from ...reporting import live, progress
 
     progress.attach(sender)

@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TextIO
 
-from ...reporting.channel import Displayed, Health, Metrics, Progress
+from ...reporting.channel import Displayed, Health, Metrics, Progress, Where
 from . import charts, rich
+from .stall import Ranks, StallWatch
 
 __all__ = ["Display", "Bar", "Sink", "TqdmBar", "meter"]
 
@@ -44,6 +45,9 @@ class Display:
         self._live: charts.Live | None = None
         self._areas: rich.Areas | None = None
         self._cell_outputs: rich.CellOutputs | None = None
+        # The stall report (stall.py): told of every sign of progress, ticked while waiting.
+        self.stalls: StallWatch | None = None
+        self._steps: dict[int, int | None] = {}
         charts.start_launch()
 
     # -- lines ------------------------------------------------------------------------------
@@ -78,6 +82,8 @@ class Display:
 
     def feed(self, rank: int, stream: str, data: bytes) -> None:
         """Take bytes from a worker's stream; write out every completed line."""
+        if self.stalls is not None:
+            self.stalls.progress()  # output, shown or not, is progress
         key = (rank, stream)
         buffer = self._pending.get(key, b"") + data
         *lines, rest = buffer.split(b"\n")
@@ -103,6 +109,7 @@ class Display:
     def report(self, rank: int, message: object) -> None:
         """What a rank reported besides its lines and its ending, shown where it belongs:
         every backend hands its ranks' messages here (the local engine, Ray's driver)."""
+        stalls = self.stalls
         if isinstance(message, Progress):
             self.progress(rank, message)
         elif isinstance(message, Displayed):
@@ -110,7 +117,30 @@ class Display:
         elif isinstance(message, Metrics):
             self.metrics(rank, message)
         elif isinstance(message, Health):
+            if stalls is not None and self._steps.setdefault(rank, message.steps) != message.steps:
+                self._steps[rank] = message.steps
+                stalls.progress()  # a step taken
             self.health(rank, message)
+            return
+        elif isinstance(message, Where):
+            if stalls is not None:
+                stalls.answer(rank, message)
+            return
+        if stalls is not None:
+            stalls.progress()
+
+    # -- the stall report (stall.py) ---------------------------------------------------------
+    def watch_stalls(self, stall_time: float | None, ranks: Ranks | None) -> StallWatch | None:
+        """Report a stall of ``stall_time`` s (None: none by itself; the watch still looks
+        when asked) of the ranks ``ranks`` reach (None: no watch, e.g. after a launch)."""
+        self.stalls = None if ranks is None else StallWatch(stall_time, ranks, self.stall_report)
+        return self.stalls
+
+    def stall_report(self, text: str) -> None:
+        """Where every rank is: shown whatever ``output`` says (it is the launcher's own word
+        on a launch that may never end, as an error is)."""
+        self.stdout.write(text + "\n")
+        self.stdout.flush()
 
     # -- progress bars ----------------------------------------------------------------------
     # Workers send Progress messages (throttled to ~10/s by reporting/progress.py); the bars
@@ -208,9 +238,11 @@ class Display:
 
     def tick(self) -> None:
         """Called by the engine while it waits: rows the chart's interval held back are drawn
-        (the panel also flags ranks gone quiet)."""
+        (the panel also flags ranks gone quiet); a stall is looked for."""
         if self._live is not None:
             self._live.catch_up()
+        if self.stalls is not None:
+            self.stalls.tick()
 
 
 class Sink:

@@ -8,11 +8,12 @@
         (private/torch_xla.py; it blocks until   per device: _entry(payload, options, address)
         every process is done)                    output -> the relay (fd 1/2, per thread)
       main thread: relay.pump() ->                launch options -> NOTEBOOK_ACCEL_*
-        display (rank-prefixed lines), and        unpickle the call (cell code by value;
-        the deadline / Ctrl-C / a device's          large buffers mapped, shm.py)
-        failure report: SIGKILL the processes     channel.Result
-        that connected                            or channel.Failure, reported
-                                                  to the relay at once as well
+        display (rank-prefixed lines), and        rank/where.arm (a signal, a memfd)
+        the deadline / Ctrl-C / a device's        unpickle the call (cell code by value;
+        failure report: SIGKILL the processes       large buffers mapped, shm.py)
+        that connected (a stall, a deadline,      channel.Result
+        Ctrl-C: their stacks read first,          or channel.Failure, reported
+        local/where.py)                           to the relay at once as well
       {ordinal: outcome}  -> first failure re-raised as the engine does (original type,
                              worker traceback as __cause__), else results in ordinal order
 
@@ -39,11 +40,14 @@ from ....launched import Launch
 from ....private import torch_xla as private_torch_xla
 from ....reporting.channel import Failure, Result
 from ...plan import Layout
+from ...rank.where import arm
 from ...rank.worker import random_state
 from ...show.display import Display
+from ...show.stall import StallWatch
 from ...wire.outcome import root_cause
 from ...wire.payload import Payload, load
 from ...wire.transport import pack, unpack
+from ..where import Process, Processes
 from .output import Relay, attach, report_failure
 
 __all__ = ["run"]
@@ -62,6 +66,7 @@ def _entry(payload: Payload, launch: Launch, variables: dict[str, str], address:
         # Per process, not per device: threads of one process share them (become_rank is
         # once per process for a launch).
         launched.become_rank(launch)
+        arm(None)  # [stall report] the parent reads this process's stacks (a signal, a memfd)
         for name, value in variables.items():
             env.set_var(name, value)
         detach = attach(address)
@@ -132,8 +137,10 @@ def _supervise(
     future: Future[dict[int, Outcome]],
     timeout: float | None,
     watch: Callable[[], None] | None,
+    stalls: StallWatch | None = None,
 ) -> dict[int, Outcome]:
-    """Relay output until torch_xla returns; on the deadline or Ctrl-C, stop the processes.
+    """Relay output until torch_xla returns; on the deadline or Ctrl-C, stop the processes
+    (``stalls``: where each process's device threads were goes into the error's notes).
 
     ``watch`` is the engine's per-tick hook (the panel's Stop raises KeyboardInterrupt there).
     """
@@ -148,10 +155,12 @@ def _supervise(
             if watch is not None:
                 watch()
             if deadline is not None and time.monotonic() >= deadline:
-                _stop(relay, future)
                 raise LaunchTimeoutError(timeout)  # type: ignore[arg-type]
+            relay.display.tick()
             relay.pump(_TICK)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, LaunchTimeoutError) as exc:
+        if stalls is not None:
+            stalls.note(exc, relay.pump)
         _stop(relay, future)
         raise
     relay.drain(_DRAIN)
@@ -170,6 +179,32 @@ def _stop(relay: Relay, future: Future[dict[int, Outcome]]) -> None:
         relay.kill()
         relay.pump(0.1)
     relay.drain(0.5)
+
+
+def _processes(relay: Relay, devices: int) -> Callable[[], list[Process]]:
+    """[stall report] torch_xla's processes as they connected: each one's first rank and
+    label (a process of several devices: every device thread shows in its stacks); while
+    not every device has connected, a process still starting."""
+
+    def processes() -> list[Process]:
+        found = [
+            Process(rank, pid, label=label, answers=False)
+            for pid, (rank, label) in sorted(relay.processes.items(), key=lambda p: p[1])
+        ]
+        covered = sum(_devices(label) for _, label in relay.processes.values())
+        if covered < devices:
+            found.append(Process(devices - 1, None, state="starting"))
+        return found
+
+    return processes
+
+
+def _devices(label: str) -> int:
+    """How many devices a process's label covers ("ranks 0-3": 4; none: 1)."""
+    if not label:
+        return 1
+    first, last = label.split()[-1].split("-")
+    return int(last) - int(first) + 1
 
 
 def run(
@@ -195,7 +230,13 @@ def run(
     # torch_xla's pool spawns its processes; hiding __main__ keeps a script launched without
     # an ``if __name__ == "__main__"`` guard from running again in each of them.
     with Relay(display) as relay, _device_limit(layout), main_hidden():
-        outcomes = _supervise(relay, _in_thread(layout, payload, relay.address), timeout, watch)
+        processes = Processes(_processes(relay, layout.num_processes), payload.code_origins)
+        stalls = display.watch_stalls(layout.launch.options.stall_time, processes)
+        try:
+            future = _in_thread(layout, payload, relay.address)
+            outcomes = _supervise(relay, future, timeout, watch, stalls)
+        finally:
+            display.watch_stalls(None, None)
     problem = root_cause(outcomes, layout.world_size, payload)
     if problem is not None:
         raise problem

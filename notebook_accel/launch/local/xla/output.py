@@ -74,6 +74,8 @@ class Relay:
     def __init__(self, display: Display) -> None:
         self.display = display
         self.pids: set[int] = set()
+        # [stall report] each process's first rank and its label ("ranks 0-3"; "" for one)
+        self.processes: dict[int, tuple[int, str]] = {}
         self._dir = tempfile.mkdtemp(prefix="notebook-accel-xla-")  # 0700: ours alone
         self.address = os.path.join(self._dir, "output.sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -126,11 +128,16 @@ class Relay:
                 self.display.feed(src.source, src.stream, data)
 
     def _introduce(self, src: _Source, header: dict[str, Any]) -> None:
-        self.pids.add(int(header["pid"]))
+        pid = int(header["pid"])
+        self.pids.add(pid)
         src.source = int(header["source"])
         src.stream = header["stream"]
         if header.get("label"):
             self.display.name_source(src.source, header["label"], bool(header["main"]))
+            first = int(header["label"].split()[-1].split("-")[0])
+            self.processes[pid] = (first, header["label"])
+        elif src.stream != _FAILURE:
+            self.processes.setdefault(pid, (src.source, ""))
 
     def _finish(self, src: _Source) -> None:
         self._selector.unregister(src.sock)

@@ -128,3 +128,42 @@ def test_accelerator_on_device_threads_without_a_process_group() -> None:
     assert not set(results[0]["seen"]) & set(results[1]["seen"])  # each its own shard
     assert results[0]["everyone"] == results[1]["everyone"] == [float(i) for i in range(0, 16, 2)]
     assert results[0]["weight"] == results[1]["weight"]  # gradients averaged: in step
+
+
+def _one_device_waits() -> None:
+    import os
+
+    import torch
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    print("ready", flush=True)
+    if xr.global_ordinal() == 0:
+        xm.all_reduce(xm.REDUCE_SUM, torch.ones(2))  # <- device 0 waits
+    else:
+        read_end, _ = os.pipe()
+        os.read(read_end, 1)  # <- device 1 reads
+
+
+def test_a_stall_names_each_device_thread() -> None:
+    # The CPU runtime: two device threads in one process, each one's stack in the report;
+    # the process answers from its signal handler (no message pipe on this path).
+    from tests.launch.stalls import Recorder, line_of, note_of
+
+    display = Recorder()
+    stop = display.stop
+    config = LaunchConfig(hardware="tpu", num_processes=2, stall_time=3)
+    with env.overridden({"PJRT_DEVICE": "CPU"}), pytest.raises(KeyboardInterrupt) as stopped:
+        launch(_one_device_waits, (), None, config, machine=_tpu(2), display=display, stop=stop)
+    assert display.waited is not None and display.waited <= 3 + 5, display.waited
+    [text] = display.reports
+    waits = line_of(_one_device_waits, "<- device 0 waits")
+    reads = line_of(_one_device_waits, "<- device 1 reads")
+    assert "ranks 0-1 (pid " in text, text
+    assert "device thread 1 of 2: waiting in all_reduce" in text or (
+        "device thread 2 of 2: waiting in all_reduce" in text
+    ), text
+    assert f'test_xla_supervision.py", line {waits}, in _one_device_waits' in text, text
+    assert f'test_xla_supervision.py", line {reads}, in _one_device_waits' in text, text
+    assert "notebook_accel/launch" not in text, text
+    assert f"line {reads}" in note_of(stopped.value)

@@ -1,0 +1,46 @@
+"""Helpers for the stall report's tests: a display that keeps the reports and stops the
+launch at the first one, and the line of a hang."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from typing import Any
+
+from notebook_accel.launch.show.display import Display
+
+
+def line_of(function: Any, marker: str) -> int:
+    """The line of ``function`` that holds ``marker`` (a comment on the hanging line)."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(i for i, text in enumerate(lines) if marker in text)
+
+
+class Recorder(Display):
+    """A launch's display that keeps the stall reports, and stops the launch at the first
+    (``stop``: the event the launch's ``stop=`` hook watches, as the panel's Stop button)."""
+
+    def __init__(self, output: str = "all") -> None:
+        super().__init__(output=output)
+        self.stop = threading.Event()
+        self.reports: list[str] = []
+        self.last_output = time.monotonic()
+        self.waited: float | None = None  # seconds from the last output to the report
+
+    def feed(self, rank: int, stream: str, data: bytes) -> None:
+        self.last_output = time.monotonic()
+        super().feed(rank, stream, data)
+
+    def stall_report(self, text: str) -> None:
+        if self.waited is None:
+            self.waited = time.monotonic() - self.last_output
+        self.reports.append(text)
+        self.stop.set()
+
+
+def note_of(error: BaseException) -> str:
+    """The one note of ``error`` that says where each rank was."""
+    notes = [n for n in getattr(error, "__notes__", []) if "where each rank was" in n]
+    assert len(notes) == 1, getattr(error, "__notes__", None)
+    return notes[0]

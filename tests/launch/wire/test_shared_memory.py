@@ -45,9 +45,17 @@ ROOT = Path(__file__).resolve().parents[3]
 MiB = 1 << 20
 
 
+# What this process already held when a test began: a segment the test's own launches did
+# not make (a result another test's object still holds) is not the test's to account for.
+_before: set[str] = set()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> Iterator[None]:
     clear_shared_cache()
+    gc.collect()
+    _before.clear()
+    _before.update(_held_by(os.getpid(), _tag(os.getpid())))
     yield
     set_shared_cache_limit(None)
     clear_shared_cache()
@@ -58,17 +66,24 @@ def _tag(pid: int) -> str:
 
 
 def _held_by(pid: int, tag: str) -> list[str]:
-    """The segments with ``tag`` that process ``pid`` holds as fds or maps."""
+    """The segments with ``tag`` that process ``pid`` holds as fds or maps (name #inode);
+    for this process, those it did not hold when the test began."""
     found = []
-    with open(f"/proc/{pid}/maps") as maps:
-        found += [line.split()[-2] for line in maps if tag in line]
+    with open(f"/proc/{pid}/maps") as maps:  # address, perms, offset, dev, inode, name
+        for line in maps:
+            if tag in line:
+                fields = line.split(maxsplit=5)
+                found.append(f"{fields[5].strip()} #{fields[4]}")
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            inode = os.stat(f"/proc/{pid}/fd/{fd}").st_ino
         except OSError:
             continue
         if tag in target:
-            found.append(target)
+            found.append(f"{target} #{inode}")
+    if pid == os.getpid():
+        found = [name for name in found if name not in _before]
     return found
 
 
@@ -87,6 +102,7 @@ def _holders(tag: str) -> dict[int, list[str]]:
 
 
 def _mine() -> list[str]:
+    gc.collect()  # a result's last reference may sit in a cycle
     return _held_by(os.getpid(), _tag(os.getpid()))
 
 

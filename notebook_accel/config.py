@@ -288,6 +288,8 @@ def _refused(name: str, value: Any) -> Any:
     refused by name otherwise (refusals.PARAMETERS)."""
     refusals.refuse_given("notebook_launcher", **{name: value})
     return value
+
+
 def _seconds_or_off(text: str) -> float | None:
     """A command-line number of seconds, or ``none``/``off`` (ValueError, which argparse
     reports, otherwise)."""

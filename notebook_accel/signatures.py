@@ -21,14 +21,13 @@ import enum
 import importlib
 import inspect
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import refusals
+from . import env, refusals
 from .paths import SHIMS
 from .refusals import Reason, Refused
 
@@ -142,7 +141,8 @@ _LIST = (
 def instance_attributes(package: str) -> list[str]:
     """The public attributes of ``package``'s ``Accelerator(cpu=True)`` (its class's too),
     made in a fresh process so that accelerate's process-wide state stays out of this one."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK"))}
+    ours = ("ACCELERATE_", "RANK")  # the caller's launch facts stay out of the fresh process
+    environ = {k: v for k, v in env.snapshot().items() if not k.startswith(ours)}
     done = subprocess.run(
         [sys.executable, "-c", _LIST, package],
         capture_output=True,

@@ -224,6 +224,8 @@ def test_rdzv_endpoint_and_timeout_reach_the_launch() -> None:
         )
     assert "AssertionError" not in str(caught.value)
     assert time.monotonic() - start < 30  # not the launcher's default wait
+
+
 def test_stall_time_left_out_takes_the_file_and_none_turns_the_report_off() -> None:
     from notebook_accel.config import DEFAULT
     from notebook_accel.faces.cli import build_parser, config_from

@@ -406,6 +406,8 @@ def coerce_option(value: object) -> dict[str, Any] | None:
         fields = {k: getattr(value, k) for k in _FIELDS if getattr(value, k) is not None}
         if fields.get("zero3_init_flag") == (value.zero_stage == 3):
             del fields["zero3_init_flag"]  # the default the plugin resolved: not the user's
+        if fields.get("is_train_batch_min") is True:
+            del fields["is_train_batch_min"]  # the field's default: not the user's
     elif isinstance(value, dict) and all(k in _FIELDS for k in value):
         fields = dict(value)
     else:

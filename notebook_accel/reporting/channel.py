@@ -205,8 +205,6 @@ Marks = tuple[int, int] | None
 def receive(conn: Connection) -> tuple[Marks, Message]:
     """The parent's end: read one message and its output marks (EOFError: the worker closed)."""
     marks, message = pickle.loads(conn.recv_bytes())
-    if not isinstance(
-        message, Progress | Displayed | Metrics | Health | Result | Failure | Where
-    ):
+    if not isinstance(message, Progress | Displayed | Metrics | Health | Result | Failure | Where):
         raise TypeError(f"unexpected message from a worker: {type(message).__name__}")
     return marks, message

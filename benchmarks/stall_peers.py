@@ -13,10 +13,13 @@ whether they name each rank's collective and line, and when the first came.
     python benchmarks/stall_peers.py             # needs the `bench` extra (accelerate, lightning)
     python benchmarks/stall_peers.py --seconds 10 --stall-time 10   # a quick look
 
-Measured on 2026-12-05, this 2-core machine shared with other jobs (load 6-7):
+Measured on 2026-12-05, this 2-core machine (load about 1), accelerate 1.15.0 (with 1.16.0
+its launcher's ranks printed nothing in this child process), Lightning 2.6.6:
 
-    after the hang began (65 s)     ours       accelerate  lightning
-    lines about the hang            see below  0           0
+                                    ours  accelerate   lightning
+    lines about the hang              38           0           0
+    names each rank and line         yes          no          no
+    first line after              61.8 s           -           -
 """
 
 from __future__ import annotations

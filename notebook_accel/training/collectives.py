@@ -130,12 +130,14 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
         import torch_xla.core.xla_model as xm
 
         return xm.all_gather(tensor, dim=0)
-    if dist.get_backend() == "xla":
+    if dist.get_backend() in ("xla", "gloo"):
+        # A list of tensors, as accelerate's on gloo: torch 2.13's gloo all_gather_single
+        # refuses a tensor that requires grad (a training loss gathered for metrics).
         parts = [torch.empty_like(tensor) for _ in range(_world())]
         dist.all_gather(parts, tensor)
         return torch.cat(parts, dim=0)
-    # One collective into one tensor, as accelerate 1.16's: torch 2.13's all_gather_single
-    # (all_gather_into_tensor before it, now deprecated).
+    # One collective into one tensor, as accelerate 1.16's elsewhere: torch 2.13's
+    # all_gather_single (all_gather_into_tensor before it, now deprecated).
     out = tensor.new_empty((_world() * tensor.shape[0], *tensor.shape[1:]))
     into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     into(out, tensor)

@@ -42,6 +42,11 @@ def _everything() -> dict:
     r["gather_nested"] = acc.gather({"a": torch.tensor([rank]), "b": (torch.tensor(rank),)})
     r["reduce"] = (acc.reduce(torch.tensor(float(rank + 1))), acc.reduce(torch.tensor(3.0), "mean"))
     r["broadcast"] = acc.broadcast(torch.tensor([rank + 10]), from_process=1)
+    # a training loss gathered for metrics outside no_grad (accelerate's autoregressive
+    # gradient accumulation example): gloo's all_gather_single refuses it, all_gather does not
+    loss = (torch.ones(2, requires_grad=True) * (rank + 1)).sum()
+    graded = acc.gather_for_metrics(loss.repeat(3))
+    r["gather_graded"] = (graded.tolist(), graded.requires_grad)
     padded = acc.pad_across_processes(torch.ones(rank + 1), pad_index=-1)
     r["padded"] = acc.gather(padded).tolist()
     r["pad_first"] = acc.pad_across_processes(torch.ones(rank + 1), pad_first=True).tolist()
@@ -76,6 +81,7 @@ def test_collectives_and_metrics_on_two_processes() -> None:
         assert [t.item() for t in r["reduce"]] == [3.0, 3.0]
         assert r["broadcast"].tolist() == [11]
         assert r["padded"] == [1.0, -1.0, 1.0, 1.0]
+        assert r["gather_graded"] == ([2.0] * 3 + [4.0] * 3, False)
         assert r["objects_gathered"] == [{"rank": 0}, {"rank": 1}]
         assert r["group_left"]
     assert r0["shuffled"] == r1["shuffled"]  # both ranks agree on the order

@@ -175,28 +175,19 @@ def _native(program: str, pid: int, wait: float = _PY_SPY_WAIT) -> str:
     """py-spy's dump of ``pid`` with native frames; "" where it is not allowed (it needs
     ptrace rights: the same user and ptrace_scope 0, or CAP_SYS_PTRACE in a container) or
     fails."""
-    deadline = time.monotonic() + wait
-    # py-spy reads a running process, and a dump can fail while it changes under it (seen
-    # once in the suite: no frames from either rank): again, while the wait allows.
-    for _ in range(3):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return _SLOW
-        try:
-            done = subprocess.run(
-                [program, "dump", "--pid", str(pid), "--native"],
-                capture_output=True,
-                text=True,
-                timeout=left,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return _SLOW
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        if done.returncode == 0:
-            return done.stdout
-    return ""
+    try:
+        done = subprocess.run(
+            [program, "dump", "--pid", str(pid), "--native"],
+            capture_output=True,
+            text=True,
+            timeout=wait,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return _SLOW
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
 
 
 def _user_thread(text: str, where: Where | None) -> str:

@@ -24,6 +24,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -403,11 +404,11 @@ def coerce_option(value: object) -> dict[str, Any] | None:
     elif isinstance(value, int) and not isinstance(value, bool):
         fields = {"zero_stage": value}
     elif isinstance(value, DeepSpeedPlugin):
-        fields = {k: getattr(value, k) for k in _FIELDS if getattr(value, k) is not None}
+        # the fields the user set: those away from their defaults
+        defaults = {f.name: f.default for f in dataclass_fields(DeepSpeedPlugin)}
+        fields = {k: getattr(value, k) for k in _FIELDS if getattr(value, k) != defaults[k]}
         if fields.get("zero3_init_flag") == (value.zero_stage == 3):
             del fields["zero3_init_flag"]  # the default the plugin resolved: not the user's
-        if fields.get("is_train_batch_min") is True:
-            del fields["is_train_batch_min"]  # the field's default: not the user's
     elif isinstance(value, dict) and all(k in _FIELDS for k in value):
         fields = dict(value)
     else:

@@ -51,6 +51,8 @@ _CLOSING = ("notebook_accel/launch/rank/worker.py", "finish_distributed")
 # A session's worker between tasks.
 _IDLE = ("notebook_accel/launch/rank/serve.py", "main")
 _LOADER = "torch/utils/data/dataloader.py"
+_SCRIPT = "notebook_accel/launch/wire/script.py"  # a script run as the launch's function
+_RUNPY = "<frozen runpy>"
 _OURS = "/notebook_accel/"
 
 # The collectives a rank's function can wait in: torch.distributed's, torch_xla's.
@@ -151,9 +153,12 @@ def locate(where: Where) -> tuple[list[Spot], str]:
         if index is None:
             continue
         frames = stack.frames[index + 1 :]
-        ours = 0  # the launcher's own frames first: the call is still being unpickled
+        ours = 0  # the launcher's own frames first: the call is still being unpickled...
         while ours < len(frames) and _OURS in frames[ours][0].replace("\\", "/"):
             ours += 1
+        script = any(f[0].replace("\\", "/").endswith(_SCRIPT) for f in frames[:ours])
+        while script and ours < len(frames) and frames[ours][0] == _RUNPY:
+            ours += 1  # ...unless they run a script (notebook-accel launch): runpy's, hidden
         frames = frames[ours:]
         found = collective_of(frames)
         # The user's line: the innermost of their own frames (above the collective: the
@@ -165,7 +170,7 @@ def locate(where: Where) -> tuple[list[Spot], str]:
                 None if found is None else frames[found][2],
                 own[-1] if own else (frames[0] if frames else None),
                 any(f[0].replace("\\", "/").endswith(_LOADER) for f in frames),
-                ours > 0,
+                ours > 0 and not script,
             )
         )
     if spots:

@@ -25,6 +25,8 @@
               -> display                             as fds 1/2 and tqdm write, then
             watch (Stop), deadline                   Ended(outcome, rest): large buffers
                                                      via the object store
+            a quiet launch: the stall report  ---->  a question in Ray's KV store, answered
+              (where.py)                      <----  in the rank's output (a Where)
       the root cause (wire/outcome.py): the first failing rank's own exception, a
         WorkerDiedError for a dead worker
       finally: cancel (kill) the ranks still running, let the finished ones give their
@@ -89,6 +91,7 @@ from ...wire.transport import Shipment, unpack
 from . import parking
 from .ranks import KV_NAMESPACE, Ended, Item, Output, Placed, RankHost, rank_task
 from .shipment import RayShipment, as_array
+from .where import RankState, RayRanks
 
 __all__ = ["RayBackend", "connect", "describe_cluster", "keep_warm"]
 
@@ -232,8 +235,10 @@ class RayBackend:
         self._payload: Payload | None = None
         self._payload_ref: Any = None
         self._plan: hardware.Plan | None = None
-        self._ranks: dict[int, int] = {}  # this attempt's rank of each bundle, as they meet
-        self._nodes: dict[int, str] = {}  # and each bundle's node (for keep_warm)
+        # this attempt's rank of each bundle as they meet, its node (keep_warm) and process
+        self._placed: dict[int, Placed] = {}
+        self._running: dict[int, Any] = {}  # bundle -> its stream, until its last item
+        self._outcomes: dict[int, Outcome] = {}  # bundle -> how it ended
         self._takes: dict[int, Any] = {}  # Ray Client: each rank's take in flight
         self._client = private_ray.client_connected()  # no streaming tasks: actors (RankHost)
 
@@ -303,7 +308,8 @@ class RayBackend:
         key = f"launch/{uuid.uuid4().hex}"
         template = self._template(attempt, n)
         streams: list[Any] = []
-        self._ranks, self._nodes, self._takes = {}, {}, {}
+        self._placed, self._takes = {}, {}
+        stalls = RayRanks(key, self._rank_states, self._payload.code_origins)
         outcomes: dict[int, Outcome] = {}
         released: dict[str, int] = {}  # parked workers handed back for this attempt, per node
         try:
@@ -332,8 +338,16 @@ class RayBackend:
                     streams.append(host)
                 else:
                     streams.append(placed.remote(*args))
-            outcomes = self._supervise(streams, display, noting)
+            stall_watch = display.watch_stalls(self.config.stall_time, stalls)
+            assert stall_watch is not None
+            try:
+                outcomes = self._supervise(streams, display, noting)
+            except (LaunchTimeoutError, KeyboardInterrupt) as exc:
+                # [stall report] where each rank was, into the error's notes
+                stall_watch.note(exc, lambda seconds: self._step(display, seconds))
+                raise
         finally:
+            display.watch_stalls(None, None)
             returned = self._end(streams, outcomes)
             with contextlib.suppress(Exception):  # best effort: else the workers wait idle
                 self._park(group, returned, released)
@@ -343,10 +357,12 @@ class RayBackend:
                 self._until_returned(held, n)
             with contextlib.suppress(Exception):
                 private_ray.kv_del(key, KV_NAMESPACE)
+            with contextlib.suppress(Exception):
+                stalls.close()
             for rank in range(n):
                 display.end(rank, "stdout")
                 display.end(rank, "stderr")
-        return self._results({self._ranks.get(b, b): o for b, o in outcomes.items()})
+        return self._results({self._rank(b): o for b, o in outcomes.items()})
 
     # -- the steps of an attempt ------------------------------------------------------------
     def _noting_waits(
@@ -384,7 +400,7 @@ class RayBackend:
         Once the group's bundles are free again (the ranks' workers are back in the pool),
         while it still holds the nodes' CPUs (Ray then boots no extra worker for the holds).
         """
-        ranks_on = Counter(self._nodes.values())
+        ranks_on = Counter(p.node for p in self._placed.values())
         counts = Counter(returned)
         for node, count in released.items():
             counts[node] += max(0, count - ranks_on[node])
@@ -463,27 +479,14 @@ class RayBackend:
         self, streams: list[Any], display: Display, check: Callable[[], None]
     ) -> dict[int, Outcome]:
         """Each bundle's outcome, showing the ranks' output as it comes."""
-        running = dict(enumerate(streams))  # bundle -> its stream, until its last item
-        outcomes: dict[int, Outcome] = {}
+        self._running = dict(enumerate(streams))
+        self._outcomes = {}
         collateral_since: float | None = None
-        while running:
+        while self._running:
             check()
             display.tick()
-            for bundle, item in self._items(running, _TICK):
-                if isinstance(item, Placed):
-                    self._ranks[bundle] = item.rank
-                    self._nodes[bundle] = item.node
-                    display.rank_state(item.rank, "running")
-                elif isinstance(item, Output):
-                    self._feed(display, self._ranks.get(bundle, bundle), item.batch)
-                else:
-                    rank = self._ranks.get(bundle, bundle)
-                    self._feed(display, rank, item.rest)
-                    outcomes[bundle] = item.outcome
-                    del running[bundle]
-                    ok = isinstance(item.outcome, Result)
-                    display.rank_state(rank, "finished" if ok else "failed")
-            ended = list(outcomes.values())
+            self._step(display, _TICK)
+            ended = list(self._outcomes.values())
             if any(not isinstance(o, Result) for o in ended) and not only_collateral(ended):
                 break  # a root cause: stop the others now
             if only_collateral(ended):
@@ -494,13 +497,50 @@ class RayBackend:
                     break
         # The ranks about to be stopped: what they wrote last (a second at most).
         end = time.monotonic() + 1.0
-        while running and time.monotonic() < end:
-            for bundle, item in self._items(running, 0.1):
+        while self._running and time.monotonic() < end:
+            for bundle, item in self._items(self._running, 0.1):
                 if isinstance(item, Output):
-                    self._feed(display, self._ranks.get(bundle, bundle), item.batch)
-        for bundle in running:
-            display.rank_state(self._ranks.get(bundle, bundle), "stopped")
-        return outcomes
+                    self._feed(display, self._rank(bundle), item.batch)
+        for bundle in self._running:
+            display.rank_state(self._rank(bundle), "stopped")
+        return self._outcomes
+
+    def _step(self, display: Display, timeout: float) -> None:
+        """The ranks' items that come within ``timeout``: shown, and their endings kept."""
+        for bundle, item in self._items(self._running, timeout):
+            if isinstance(item, Placed):
+                self._placed[bundle] = item
+                display.rank_state(item.rank, "running")
+            elif isinstance(item, Output):
+                self._feed(display, self._rank(bundle), item.batch)
+            else:
+                rank = self._rank(bundle)
+                self._feed(display, rank, item.rest)
+                self._outcomes[bundle] = item.outcome
+                del self._running[bundle]
+                ok = isinstance(item.outcome, Result)
+                display.rank_state(rank, "finished" if ok else "failed")
+
+    def _rank(self, bundle: int) -> int:
+        """The rank of ``bundle`` (the bundle's number until the ranks have met)."""
+        placed = self._placed.get(bundle)
+        return bundle if placed is None else placed.rank
+
+    def _rank_states(self) -> list[RankState]:
+        """What the stall report says of each rank (one that has not met the others yet:
+        "starting", under its bundle's number)."""
+        n = self._plan.num_processes  # type: ignore[union-attr]
+        states = []
+        for bundle in range(n):
+            placed, outcome = self._placed.get(bundle), self._outcomes.get(bundle)
+            if placed is None:
+                states.append(RankState(bundle, "starting"))
+                continue
+            state = "running"
+            if outcome is not None:
+                state = {Result: "finished", Failure: "failed"}.get(type(outcome), "died")
+            states.append(RankState(placed.rank, state, placed.pid, placed.host))
+        return sorted(states, key=lambda state: state.rank)
 
     def _items(self, running: dict[int, Any], timeout: float) -> list[tuple[int, Item]]:
         """The next item of each stream that has one within ``timeout``."""
@@ -563,13 +603,14 @@ class RayBackend:
             gone = list(range(len(streams)))
         counts: dict[str, int] = {}
         for bundle in gone:
-            if bundle in self._nodes:
-                counts[self._nodes[bundle]] = counts.get(self._nodes[bundle], 0) + 1
+            if bundle in self._placed:
+                node = self._placed[bundle].node
+                counts[node] = counts.get(node, 0) + 1
         if counts:
             with contextlib.suppress(Exception):
                 keep_warm(ray, counts)
-        back = [b for b in range(len(streams)) if b not in gone and b in self._nodes]
-        return dict(Counter(self._nodes[b] for b in back))
+        back = [b for b in range(len(streams)) if b not in gone and b in self._placed]
+        return dict(Counter(self._placed[b].node for b in back))
 
     def _results(self, outcomes: dict[int, Outcome]) -> list[Any]:
         assert self._plan is not None and self._payload is not None

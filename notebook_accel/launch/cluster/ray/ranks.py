@@ -7,7 +7,9 @@
       yield Placed(rank, node)
       fds 1/2 -> pipes -> threads -> one batch (_Relay, which also carries tqdm's and
         the chart's messages); the function on a thread of the task (worker.call)
-      yield Output(batch) ... as the function writes, about once a second when quiet
+      yield Output(batch) ... as the function writes, about once a second when quiet;
+        between two, the stall report's question read (Asked, every half second at most):
+        the answer (a Where) goes into the next batch
       yield Ended(outcome, rest): the rank's Result or Failure (wire/outcome.py)
       the worker process stays Ray's: the environment, fds 1/2 and Python's streams are
       given back as they were
@@ -32,7 +34,7 @@ from typing import Any
 from .... import env, launched
 from ....launched import WorkerEnv
 from ....private import ray as private_ray
-from ....reporting.channel import Failure, Result, Sender
+from ....reporting.channel import Failure, Result, Sender, Where
 from ...wire.outcome import Outcome
 from ...wire.payload import Payload
 
@@ -41,9 +43,11 @@ __all__ = [
     "Ended",
     "Item",
     "Output",
+    "Asked",
     "Placed",
     "RankHost",
     "rank_envs",
+    "question_key",
     "rank_task",
 ]
 
@@ -53,14 +57,23 @@ _POLL = 0.01  # seconds between two looks at the port (or, for rank 0, at the ra
 _THROUGH = "notebook_accel/through"  # the store's count of ranks done with it
 _PLACE = "notebook_accel/place/"  # the store's key of each bundle's "node IP"
 _STORE_WAIT = datetime.timedelta(minutes=30)  # a rank waits this long for its peers to start
+_EVERY = 0.5  # seconds between two reads of the stall report's question by a rank
+
+
+def question_key(launch: str) -> str:
+    """The key of the stall report's question (cluster/ray/where.py) for the launch ``launch``."""
+    return f"{launch}/where"
 
 
 @dataclass(frozen=True)
 class Placed:
-    """The ranks met: this bundle's rank, and the node it runs on."""
+    """The ranks met: this bundle's rank, the node it runs on (its id and address), and
+    the rank's process."""
 
     rank: int
     node: str
+    host: str = ""
+    pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +185,34 @@ class _Relay:
             reader.join(timeout=2.0)
         self._batch.close()
         return self.take()
+
+
+class Asked:
+    """In a rank's task: whether the notebook asked where this rank is since the last read
+    (read at most every ``_EVERY`` s: cluster/ray/where.py), and the answer."""
+
+    def __init__(self, key: str) -> None:
+        self.key = question_key(key)
+        # A question asked before this rank met its peers is not for it.
+        self._seen = private_ray.kv_get(self.key, KV_NAMESPACE)
+        self._read = time.monotonic()
+        self._cpu = sum(os.times()[:2])
+
+    def answer(self) -> Where | None:
+        """Where this rank is, when a new question came since the last read; else None."""
+        now = time.monotonic()
+        if now - self._read < _EVERY:
+            return None
+        question = private_ray.kv_get(self.key, KV_NAMESPACE)
+        cpu = sum(os.times()[:2])
+        busy = 100.0 * (cpu - self._cpu) / max(now - self._read, 1e-6)
+        self._read, self._cpu = now, cpu
+        if question is None or question == self._seen:
+            return None
+        self._seen = question
+        from ...rank.where import snapshot
+
+        return snapshot(busy=busy)
 
 
 def _store_address(key: str) -> tuple[str, int]:
@@ -292,7 +333,7 @@ def rank_task(
                 worker = dataclasses.replace(
                     worker, extra=(*worker.extra, ("GLOO_SOCKET_IFNAME", name))
                 )
-        yield Placed(worker.rank, node)
+        yield Placed(worker.rank, node, places[bundle][1], os.getpid())
         relay = _Relay()
         relay.start()
         done: list[tuple[Result | Failure, list[tuple[str, bytes]]]] = []
@@ -310,10 +351,14 @@ def rank_task(
             settle(saved, worker)
             thread = threading.Thread(target=body, name="notebook-accel-rank", daemon=True)
             thread.start()
+            asked, answers = Asked(key), Sender(relay)  # type: ignore[arg-type]
             while not done:
                 batch = relay.take(wait=_TAKE_WAIT)
                 if batch:
                     yield Output(batch)
+                where = asked.answer()
+                if where is not None:  # the stall report's question (cluster/ray/where.py)
+                    answers.send(where)
             thread.join()
         finally:
             env.restore(saved)

@@ -7,6 +7,7 @@ kills a node runs last.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -15,12 +16,13 @@ from typing import Any
 import pytest
 
 from notebook_accel import notebook_launcher
-from notebook_accel.errors import ConfigError, RemoteTraceback
+from notebook_accel.errors import ConfigError, LaunchTimeoutError, RemoteTraceback
 from notebook_accel.launch import launch
 from notebook_accel.launch.cluster.ray.local import local_cluster
 from notebook_accel.launch.show.display import Display
 from notebook_accel.reporting.channel import Health, Progress
 from tests.browser import free_port
+from tests.launch.stalls import Recorder, line_of, note_of
 
 ray = pytest.importorskip("ray")
 
@@ -346,8 +348,6 @@ def test_stop_frees_every_rank_and_the_placement_group(cluster: Any, tmp_path: P
 
 
 def test_timeout_stops_the_ranks_and_frees_the_cluster(cluster: Any, tmp_path: Path) -> None:
-    from notebook_accel.errors import LaunchTimeoutError
-
     with pytest.raises(LaunchTimeoutError):
         notebook_launcher(
             _wait_then_sleep, args=(str(tmp_path),), num_processes=2, cluster="ray", timeout=20
@@ -484,6 +484,11 @@ def test_ray_client_launches_from_a_process_outside_the_cluster(
         "print('rank', dist.get_rank(), 'of', dist.get_world_size())\n"
         "if sys.argv[1:] == ['--fail'] and dist.get_rank() == 1:\n"
         "    raise ValueError('bad value on rank 1')\n"
+        "if sys.argv[1:] == ['--hang']:\n"
+        "    import torch\n"
+        "    if dist.get_rank() == 0:\n"
+        "        dist.all_reduce(torch.ones(2))\n"
+        "    dist.barrier()\n"
     )
     environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     command = [sys.executable, "-m", "notebook_accel.faces.cli", "launch"]
@@ -497,6 +502,20 @@ def test_ray_client_launches_from_a_process_outside_the_cluster(
     )
     assert failed.returncode == 1
     assert "ValueError: bad value on rank 1" in failed.stdout + failed.stderr
+    # A stall: each actor answers where its rank is (the report by itself, then the
+    # timeout's note).
+    hung = [*command[:-1], "--stall_time", "3", "--timeout", "25", str(script), "--hang"]
+    stalled = subprocess.run(hung, env=environ, capture_output=True, text=True, timeout=300)
+    assert stalled.returncode == 1
+    both = stalled.stdout + stalled.stderr
+    assert "no rank has made progress" in both and "its timeout ran out" in both, both
+    diagnosis = (
+        "rank 0 in all_reduce at train.py, line 10; rank 1 in barrier at line 11: "
+        "the ranks wait in different collectives."
+    )
+    assert both.count(diagnosis) == 2, both
+    assert "rank 1 (pid" in both and "waiting in barrier at train.py, line 11" in both, both
+    assert "runpy" not in both and "loading its function" not in both, both
     assert _all_free()
 
 
@@ -550,6 +569,65 @@ def test_without_internal_kv_s_namespace_keys_live_on_a_board_that_ends_with_the
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(board.get.remote("rank1"), timeout=60)
         assert private_ray.kv_get("rank1", namespace) is None
+
+
+def _mismatched() -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    tensor = torch.ones(4)
+    print("ready", flush=True)
+    if dist.get_rank() == 0:
+        dist.all_reduce(tensor)  # <- rank 0
+    else:
+        dist.broadcast(tensor, 0)  # <- rank 1
+
+
+_STALL = 3.0
+
+
+def test_a_stall_says_where_each_rank_is_and_the_stop_keeps_it(cluster: Any) -> None:
+    display = Recorder(output="main")
+    config = _config(num_processes=2, output="main", stall_time=_STALL)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        launch(_mismatched, (), None, config, display=display, stop=display.stop)
+    # The report came by itself (the Recorder presses stop at it), once, in time.
+    assert len(display.reports) == 1, display.reports
+    assert display.waited is not None and display.waited <= _STALL + 5, display.waited
+    zero, one = line_of(_mismatched, "<- rank 0"), line_of(_mismatched, "<- rank 1")
+    this = "test_ray_backend.py"
+    diagnosis = (
+        f"rank 0 in all_reduce at {this}, line {zero}; rank 1 in broadcast at line {one}: "
+        "the ranks wait in different collectives."
+    )
+    text = display.reports[0]
+    assert text.startswith("[notebook_accel] no rank has made progress for"), text
+    assert diagnosis in text, text
+    # Each rank answered from its Ray worker: its pid, its node, its tensors, its stack.
+    for rank, collective in ((0, "all_reduce"), (1, "broadcast")):
+        assert re.search(
+            rf"rank {rank} \(pid \d+, on 127\.0\.0\.1.*\): waiting in {collective} "
+            rf"\(float32\[4\]\) at {this}",
+            text,
+        ), text
+    assert text.count(", in _mismatched") == 2 and "notebook_accel/launch" not in text, text
+    note = note_of(stopped.value)
+    assert note.startswith("[notebook_accel] stopped; where each rank was:"), note
+    assert diagnosis in note
+    assert _all_free()
+
+
+def test_a_timeout_on_the_cluster_carries_where_each_rank_was(cluster: Any) -> None:
+    display = Recorder()
+    config = _config(num_processes=2, timeout=15, stall_time=None)
+    with pytest.raises(LaunchTimeoutError) as raised:
+        launch(_mismatched, (), None, config, display=display)
+    assert display.reports == []  # stall_time=None: no report by itself
+    note = note_of(raised.value)
+    assert note.startswith("[notebook_accel] its timeout ran out; where each rank was:"), note
+    assert "the ranks wait in different collectives." in note
+    assert _all_free()
 
 
 def _until_node_dies(marker: str) -> str:

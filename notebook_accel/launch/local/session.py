@@ -65,9 +65,10 @@ from ..show import charts
 from ..show.background import CellDisplay
 from ..show.display import Display
 from ..show.stall import Report
-from ..wire.payload import Payload, build
+from ..wire.payload import Payload, build, in_a_kernel
 from ..wire.shm import shipped, transport
 from ..wire.transport import Paired, Shipment, unpack
+from .durable.client import Remote, RemoteJob
 from .engine import Engine, Rank
 from .forkserver import warm_up
 from .where import Processes, engine_ranks
@@ -153,6 +154,9 @@ class Workers:
         cluster: str | None = None,
         num_nodes: int | None = None,
         max_restarts: int | None = None,
+        durable: bool = False,
+        name: str | None = None,
+        idle_time: float | None = None,
     ) -> None:
         with UserFrames():
             rules.for_session(cluster=cluster, num_nodes=num_nodes, max_restarts=max_restarts)
@@ -160,6 +164,7 @@ class Workers:
             self.config = LaunchConfig.from_defaults(**options, num_nodes=1, max_restarts=0)
             self.plan = plan_for(self.config)
             rules.for_session(backend=self.plan.backend, hardware=self.plan.hardware)
+            rules.for_durable(durable=self.config.durable, name=self.config.name)
             self._lock = threading.Lock()  # one task at a time
             self._engine: Engine | None = None  # its workers, while not CLOSED
             self._results: Shipment | None = None
@@ -169,9 +174,81 @@ class Workers:
             self._state = State.CLOSED
             self._why = "not started"  # why it is CLOSED
             self._job: Job | None = None
+            self._jobs: list[Job | RemoteJob] = []
             self._cells = itertools.count(1)
-            self._start()
+            # A durable session's supervisor (durable/client.py): it holds the workers.
+            self._remote: Remote | None = None
+            if self.config.durable:
+                assert self.config.name is not None
+                self._open_durable(self.config.name, options)
+            else:
+                self._start()
             _sessions.append(weakref.ref(self))
+
+    # -- a durable session (durable/): the same methods, its supervisor's workers -------------
+    def _open_durable(self, name: str, options: dict[str, Any]) -> None:
+        options = {
+            k: v for k, v in options.items() if k not in ("durable", "name") and v is not DEFAULT
+        }
+        options["idle_time"] = self.config.idle_time
+        self._remote = Remote.start(name, options)
+        self._state = State.OPEN
+        kept = f", kept by the durable session {name!r} (close() ends it; attach from any kernel)"
+        Display(output=self.config.output).banner(banner(self.config, self.plan, kept))
+
+    @classmethod
+    def attach(cls, name: str) -> Workers:
+        """The durable session ``name`` (``Workers(..., name=name, durable=True)``), from any
+        kernel of the same user on this machine: its workers, namespace and jobs as they are.
+
+        Each running job's output so far is shown in this cell, then its live lines, bars and
+        chart; ``w.jobs`` holds every job. A worker that died while no kernel was attached is
+        said here (its rank and signal).
+
+        Raises:
+            ConfigError: no durable session of this user has that name.
+
+        Example:
+            >>> w = Workers.attach("exp1")  # doctest: +SKIP
+            >>> w.jobs[-1].result()  # doctest: +SKIP
+        """
+        with UserFrames():
+            rules.for_durable(durable=True, name=name)
+            remote = Remote.attach(name)
+            self = cls.__new__(cls)
+            options = {k: v for k, v in remote.info["options"].items() if k != "idle_time"}
+            self.config = LaunchConfig.from_defaults(**options, durable=True, name=name)
+            self.plan = plan_for(self.config)
+            self._lock = threading.Lock()
+            self._engine, self._results, self._release = None, None, None
+            self._job, self._jobs, self._cells = None, [], itertools.count(1)
+            self._remote = remote
+            self._state = State.CLOSED if remote.info["closed"] else State.OPEN
+            self._why = remote.info["why"] or "a worker died"
+            for death in remote.info["deaths"]:
+                sys.stderr.write(
+                    f"[notebook_accel] while no kernel was attached to {name!r}: {death}\n"
+                )
+            remote.watch_jobs(self.config.output)
+            self._jobs.extend(remote.jobs)
+            _sessions.append(weakref.ref(self))
+            return self
+
+    @property
+    def jobs(self) -> list[Job | RemoteJob]:
+        """The session's jobs (``submit``), in submission order; after ``attach``, every job
+        of the durable session."""
+        return list(self._jobs)
+
+    def idle_death(self) -> BaseException | None:
+        """A worker that died while no task ran: the session closed and the death returned
+        (None: every worker lives, or the session is closed already). A durable session's
+        supervisor asks it every half second."""
+        with self._turn():
+            engine = self._engine
+            if engine is None or not engine.ended():
+                return None
+            return self._closing(engine.first_problem() or WorkerDiedError(-1, -signal.SIGKILL))
 
     # -- life ---------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -184,7 +261,14 @@ class Workers:
             # The session's workers meet once, privately (rendezvous.py: a memfd FileStore).
             port, store = stack.enter_context(Meeting(config).attempt(0))
             results = stack.enter_context(shipped([]))  # a results segment, no data
-            payload = Payload(b"", tuple(sys.path), os.getcwd(), env.snapshot(), shipment=results)
+            payload = Payload(
+                b"",
+                tuple(sys.path),
+                os.getcwd(),
+                env.snapshot(),
+                shipment=results,
+                displays=self.ranks_display(),
+            )
             layout = layout_for(config, plan, 0, store)
             engine = Engine(
                 layout,
@@ -207,6 +291,11 @@ class Workers:
         self._engine, self._results = engine, results
         self._state = State.OPEN
         self._release = weakref.finalize(self, stack.close)
+
+    def ranks_display(self) -> bool:
+        """Whether the ranks' displays are sent as a notebook's (a kernel holds the session;
+        a durable session's supervisor says what the kernel that opened it was)."""
+        return in_a_kernel()
 
     def _end(self, why: str, leave: bool = False) -> None:
         """The one way a session ends: its workers stopped (with ``leave``, first asked to
@@ -233,6 +322,10 @@ class Workers:
         A background job still running is stopped first.
         """
         with UserFrames():
+            if self._remote is not None:
+                self._remote.close()
+                self._state, self._why = State.CLOSED, "close() was called"
+                return
             job = self._job
             if job is not None:
                 job.stop()
@@ -243,6 +336,10 @@ class Workers:
     def restart(self) -> None:
         """Close the workers (if open) and start fresh ones: a new namespace, seeded again."""
         with UserFrames():
+            if self._remote is not None:
+                self._remote.info = self._remote.ask("restart")
+                self._state = State.OPEN
+                return
             self.close()
             with self._turn():
                 self._start()
@@ -459,6 +556,9 @@ class Workers:
         display, and an event that, once set, interrupts the run as the stop button does.
         """
         with UserFrames():
+            if self._remote is not None:
+                shown = display or Display(output=self.config.output)
+                return self._remote.call(function, args, kwargs, ranks, timeout, shown)
             with self._turn():
                 shown = display or Display(output=self.config.output)
                 task = self._begin(function, args, kwargs, ranks, shown, timeout, stop)
@@ -504,7 +604,7 @@ class Workers:
         *args: Any,
         timeout: float | None = None,
         **kwargs: Any,
-    ) -> Job:
+    ) -> Job | RemoteJob:
         """Start ``function(*args, **kwargs)`` on every worker and return at once.
 
         Its lines, bars and chart appear in this cell while later cells run; ``job.result()``
@@ -515,6 +615,12 @@ class Workers:
             >>> job.done(), job.result(timeout=600)  # doctest: +SKIP
         """
         with UserFrames():
+            if self._remote is not None:
+                remote_job = self._remote.submit(
+                    function, args, kwargs, timeout, self.config.output
+                )
+                self._jobs.append(remote_job)
+                return remote_job
             self._acquire()  # the job's thread gives the turn back when the job ends
             try:
                 display = (
@@ -525,6 +631,7 @@ class Workers:
                 job = Job(display)
                 task = self._begin(function, args, kwargs, None, display, timeout, job._stop)
                 self._job = job
+                self._jobs.append(job)
                 thread = threading.Thread(
                     target=self._background,
                     args=(job, task),
@@ -596,6 +703,8 @@ class Workers:
             rank 1 (pid 4243, 0% CPU): idle, waiting for the next task
         """
         with UserFrames():
+            if self._remote is not None:
+                return self._remote.where()
             job = self._job
             if job is not None and not job.done():
                 return job.where()

@@ -1,0 +1,146 @@
+"""Durable sessions driven from this process: the name's rules, idle expiry, a worker's death
+while nobody is attached, the supervisor killed, and outsiders refused.
+
+(Two real kernels, one killed, are tests/launch/local/test_durable_kernel.py's.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from notebook_accel import ConfigError, Workers, sessions
+from notebook_accel.launch.local.durable.journal import Dropped, Journal, frames
+
+pytestmark = pytest.mark.slow
+
+OUTSIDER = Path(__file__).with_name("durable_outsider.py")
+
+
+def _supervisor(folder: Path, name: str) -> psutil.Process:
+    status = json.loads((folder / name / "status.json").read_text())
+    return psutil.Process(status["pid"])
+
+
+def _until(predicate: object, timeout: float = 60) -> None:
+    """Wait for a state the supervisor writes (its status), not for a moment in time."""
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "the state never came"
+        time.sleep(0.05)
+
+
+def test_a_name_is_needed_and_one_in_use_is_refused(durable_folder: Path) -> None:
+    with pytest.raises(ConfigError, match="name"):
+        Workers(2, hardware="cpu", durable=True)
+    with pytest.raises(ConfigError, match="durable"):
+        Workers(2, hardware="cpu", name="exp")
+    with pytest.raises(ConfigError, match="idle_time"):
+        Workers(2, hardware="cpu", durable=True, name="exp", idle_time=0)
+    w = Workers(2, hardware="cpu", durable=True, name="exp")
+    try:
+        with pytest.raises(ConfigError, match="'exp' is running"):
+            Workers(2, hardware="cpu", durable=True, name="exp")
+        assert [(s.name, s.state, s.ranks) for s in sessions()] == [("exp", "open", 2)]
+        with pytest.raises(ConfigError, match=r"\['exp'\]"):
+            Workers.attach("other")
+    finally:
+        w.close()
+    assert sessions() == [] and not (durable_folder / "exp").exists()
+
+
+def test_an_idle_session_ends_by_itself_with_its_workers(durable_folder: Path) -> None:
+    w = Workers(2, hardware="cpu", durable=True, name="idle", idle_time=1)
+    supervisor = _supervisor(durable_folder, "idle")
+    workers = [psutil.Process(pid) for pid in w.run(os.getpid)]
+    assert all(supervisor.pid in [p.pid for p in worker.parents()] for worker in workers)
+    gone, alive = psutil.wait_procs([supervisor, *workers], timeout=60)
+    assert alive == []
+    assert sessions() == []
+
+
+def test_a_death_while_detached_is_told_at_attach_and_workers_follow_the_supervisor(
+    durable_folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = Workers(2, hardware="cpu", durable=True, name="dies")
+    pids = w.run(os.getpid)
+    os.kill(pids[1], signal.SIGKILL)
+    _until(lambda: [s.state for s in sessions()] == ["closed"])
+    again = Workers.attach("dies")
+    assert again.closed
+    said = capsys.readouterr().err
+    assert "while no kernel was attached to 'dies': rank 1 was killed by SIGKILL" in said
+    assert "rank 1" in sessions()[0].last_line
+    again.restart()  # fresh workers, from the attaching kernel
+    workers = [psutil.Process(pid) for pid in again.run(os.getpid)]
+    assert not again.closed and sessions()[0].state == "open"
+    # the supervisor killed: its workers follow it, as they follow a kernel
+    supervisor = _supervisor(durable_folder, "dies")
+    supervisor.kill()
+    gone, alive = psutil.wait_procs([supervisor, *workers], timeout=30)
+    assert alive == []
+    assert sessions() == []  # the folder it left is removed
+
+
+def test_outsiders_are_refused_and_nothing_of_theirs_is_unpickled(
+    durable_folder: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "code-ran"
+    w = Workers(2, hardware="cpu", durable=True, name="mine")
+    try:
+        socket_path = str(durable_folder / "mine" / "socket")
+        assert oct((durable_folder / "mine" / "socket").stat().st_mode & 0o777) == "0o600"
+        assert oct(durable_folder.stat().st_mode & 0o777) == "0o700"
+        other_user = subprocess.run(
+            ["/usr/bin/python3", str(OUTSIDER), socket_path, str(marker)],
+            user=65534,
+            group=65534,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert other_user.returncode == 0, other_user.stderr
+        tries = json.loads(other_user.stdout)
+        assert tries == {"list": "refused: PermissionError", "connect": "refused: PermissionError"}
+        # this user without the secret (or a process that sends a pickle as its proof)
+        same_user = subprocess.run(
+            [sys.executable, str(OUTSIDER), socket_path, str(marker)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert json.loads(same_user.stdout)["connect"].startswith("refused: "), same_user.stdout
+        code = "from notebook_accel import Workers; Workers.attach('mine')"
+        guess = subprocess.run(
+            [sys.executable, "-c", code],
+            env=dict(os.environ, NOTEBOOK_ACCEL_SECRET="a guess"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "ProofError" in guess.stderr and "wrong secret" in guess.stderr, guess.stderr
+        assert not marker.exists()
+        assert w.run(lambda: 1) == [1, 1]  # the session goes on
+    finally:
+        w.close()
+
+
+def test_a_journal_keeps_its_latest_segments_and_says_what_it_dropped(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "0", segment=1000)
+    for i in range(100):
+        journal.append(("line", 0, "stdout", b"%03d" % i + b"x" * 40))
+    data = journal.read()
+    journal.close()
+    events = frames(data)
+    assert isinstance(events[0], Dropped) and events[0].segments >= 1
+    kept = [int(event[3][:3]) for event in events[1:]]
+    assert kept == list(range(kept[0], 100))  # the latest, in order, none missing
+    assert 1000 < len(data) <= 2 * 1000 + 100  # more than one segment, at most two

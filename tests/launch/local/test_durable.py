@@ -67,6 +67,26 @@ def test_an_idle_session_ends_by_itself_with_its_workers(durable_folder: Path) -
     assert sessions() == []
 
 
+def test_a_stopped_job_ends_and_the_session_stays_usable(
+    durable_folder: Path,
+) -> None:
+    w = Workers(2, hardware="cpu", durable=True, name="stops")
+    try:
+
+        def forever() -> None:
+            while True:
+                time.sleep(0.01)
+
+        job = w.submit(forever)
+        assert "forever" in str(job.where())
+        job.stop()
+        with pytest.raises(KeyboardInterrupt):
+            job.result()
+        assert w.run(lambda: 2) == [2, 2] and [j.done() for j in w.jobs] == [True]
+    finally:
+        w.close()
+
+
 def test_a_death_while_detached_is_told_at_attach_and_workers_follow_the_supervisor(
     durable_folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

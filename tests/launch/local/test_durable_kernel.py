@@ -51,7 +51,14 @@ from notebook_accel import Workers, sessions
 print(json.dumps([(s.name, s.state, s.ranks) for s in sessions()]))
 w = Workers.attach("exp1")
 job = w.jobs[0]
+print(job.where())
 print("done", job.done())
+%load_ext notebook_accel
+"""
+
+DISTRIBUTED = """%%distributed
+import os
+print("cell on rank", os.environ["RANK"], offset)
 """
 
 RESULT = """\
@@ -104,10 +111,13 @@ def test_a_job_outlives_its_kernel_and_another_kernel_attaches(
     b = kernelspec.Kernel()
     try:
         attached = b.run(ATTACH)
-        listed, done = b.printed(attached).splitlines()[-2:]
+        printed = b.printed(attached)
+        listed, done = printed.splitlines()[0], printed.splitlines()[-1]
         assert json.loads(listed) == [["exp1", "running", 2]] and done == "done False"
+        assert "where each rank is" in printed and "in count" in printed, printed
         gate.touch()
         outcome = json.loads(b.printed(b.run(RESULT)).splitlines()[-1])
+        cell = b.printed(b.run(DISTRIBUTED))
         closed = b.run(CLOSE)
         shown = [
             m
@@ -131,6 +141,7 @@ def test_a_job_outlives_its_kernel_and_another_kernel_attaches(
     displays = [json.dumps(m["content"]) for m in b.messages]
     displays = [content for content in displays if "job display" in content]
     assert "job display 0" in displays[-1] and "job display 1" in displays[-1]
+    assert "[rank 0] cell on rank 0 100" in cell and "[rank 1] cell on rank 1 100" in cell
     assert json.loads(b.printed(closed).splitlines()[-1]) == []
     # the workers were the supervisor's (forked by its forkserver), all of kernel A's tree ends
     for worker in outcome["pids"]:

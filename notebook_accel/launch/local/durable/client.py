@@ -33,7 +33,7 @@ from ...show.stall import Report
 from ...wire.payload import in_a_kernel
 from . import place
 from .journal import frames
-from .link import connect
+from .link import Link, connect
 from .recorder import replay, text_of
 
 __all__ = ["Remote", "RemoteJob"]
@@ -62,6 +62,8 @@ class Remote:
         self.folder = folder
         self.info = info
         self.jobs: list[RemoteJob] = []
+        self._spare: Link | None = None  # a proven connection kept for the next request
+        self._lock = threading.Lock()
 
     # -- reaching it --------------------------------------------------------------------------
     @classmethod
@@ -111,35 +113,57 @@ class Remote:
     ) -> Any:
         """Send one request; draw its events with ``events``; its outcome (or its error).
         ``idle`` is called every _TICK s while nothing arrives (a display's throttled
-        updates)."""
+        updates). The stop button during a run interrupts its ranks (a second one stops
+        waiting: the run goes on)."""
+        link, answered, stopped = self._sent(verb, args), False, False
+        try:
+            while True:
+                try:
+                    message = _next(link, idle)
+                except KeyboardInterrupt:
+                    if stopped or verb != "call":
+                        raise
+                    stopped = True
+                    self.ask("interrupt")  # on another connection: SIGINT to the ranks
+                    continue
+                if message[0] == "ok":
+                    answered = True
+                    return message[1]
+                if message[0] == "error":
+                    answered = True
+                    error = message[1]
+                    error.__cause__ = message[2]
+                    raise error
+                if events is not None:
+                    for event in [message[1]] if message[0] == "event" else frames(message[1]):
+                        events(event)
+        finally:
+            self._done_with(link, answered)
+
+    def _sent(self, verb: str, args: tuple[Any, ...]) -> Link:
+        """A connection with the request sent: the spare one (a ~1 ms proof saved), else new."""
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                spare.send((verb, args))
+                return spare
+            except OSError:
+                spare.close()  # the supervisor ended or restarted: a new connection says so
         try:
             link = connect(self.folder / "socket")
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise SessionClosedError(f"the durable session {self.name!r} has ended") from exc
-        try:
-            link.send((verb, args))
-            while True:
-                try:
-                    if idle is not None and not link.readable(_TICK):
-                        idle()
-                        continue
-                    message = link.recv()
-                except KeyboardInterrupt:
-                    link.send_raw(b"stop")  # the stop button: the supervisor interrupts
-                    continue
-                if message[0] == "event" and events is not None:
-                    events(message[1])
-                elif message[0] == "log" and events is not None:
-                    for event in frames(message[1]):
-                        events(event)
-                elif message[0] == "ok":
-                    return message[1]
-                elif message[0] == "error":
-                    error = message[1]
-                    error.__cause__ = message[2]
-                    raise error
-        finally:
-            link.close()
+        link.send((verb, args))
+        return link
+
+    def _done_with(self, link: Link, answered: bool) -> None:
+        """Keep a connection whose request was answered whole as the spare; close others."""
+        with self._lock:
+            if answered and self._spare is None:
+                self._spare = link
+                return
+        link.close()
 
     # -- the session's work -------------------------------------------------------------------
     def call(
@@ -192,6 +216,16 @@ class Remote:
     def close(self) -> None:
         with contextlib.suppress(SessionClosedError):
             self.ask("close")
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.close()
+
+
+def _next(link: Link, idle: Callable[[], None] | None) -> Any:
+    while idle is not None and not link.readable(_TICK):
+        idle()
+    return link.recv()
 
 
 def _drawn(display: Display) -> Events:

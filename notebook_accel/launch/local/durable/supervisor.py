@@ -48,6 +48,7 @@ __all__ = ["main"]
 
 _TICK = 0.5
 _OPEN_WITHIN = 120.0  # seconds the starting kernel has to send "open"
+_CHANGES = ("open", "submit", "restart", "hello")  # requests after which status.json is new
 _REPLY_WITHIN = 10.0  # seconds the requests under way get to answer once the session ended
 _ASKED = "[notebook_accel] where each rank is (asked with where()):"
 
@@ -96,6 +97,7 @@ class Supervisor:
         self.workers: Workers | None = None
         self.idle_time = _OPEN_WITHIN
         self.options: dict[str, Any] = {}
+        self.stop_call = threading.Event()  # the running call's stop event
         self.turn = threading.Lock()  # one task at a time, as a session's own lock
         self.jobs: list[_Job] = []
         self.deaths: list[str] = []
@@ -114,6 +116,7 @@ class Supervisor:
             "submit": self._submit,
             "watch": self._watch,
             "stop": self._stop,
+            "interrupt": self._interrupt,
             "where": self._where,
             "restart": self._restart,
             "close": self._close,
@@ -121,22 +124,28 @@ class Supervisor:
 
     # -- requests -----------------------------------------------------------------------------
     def serve(self, link: Link) -> None:
-        with self._count:
-            self.active += 1
-        try:
-            verb, args = link.recv()
-            self._handlers[verb](link, *args)
-        except (OSError, ConnectionError, EOFError):
-            pass  # the kernel went away mid-request: what it asked for goes on
-        except BaseException as exc:  # noqa: BLE001  (the request's outcome, for the kernel)
-            with contextlib.suppress(OSError, ConnectionError):
-                reply_error(link, exc)
-        finally:
-            with contextlib.suppress(OSError):  # what sessions() says, at once
-                write_status(self.folder, self.status())
+        """A kernel's connection: its requests one after another, until it closes."""
+        while True:
+            try:
+                verb, args = link.recv()
+            except (OSError, ConnectionError, EOFError):
+                return  # the kernel closed it, or went away
             with self._count:
-                self.active -= 1
-                self.last_request = time.monotonic()
+                self.active += 1
+            try:
+                self._handlers[verb](link, *args)
+            except (OSError, ConnectionError, EOFError):
+                return  # the kernel went away mid-request: what it asked for goes on
+            except BaseException as exc:  # noqa: BLE001  (the request's outcome, for the kernel)
+                with contextlib.suppress(OSError, ConnectionError):
+                    reply_error(link, exc)
+            finally:
+                if verb in _CHANGES:  # what sessions() says, at once (else at the next tick)
+                    with contextlib.suppress(OSError):
+                        write_status(self.folder, self.status())
+                with self._count:
+                    self.active -= 1
+                    self.last_request = time.monotonic()
 
     def _session(self) -> Workers:
         if self.workers is None:
@@ -183,8 +192,7 @@ class Supervisor:
         ranks: list[int] | None,
         timeout: float | None,
     ) -> None:
-        stop = threading.Event()
-        threading.Thread(target=_stop_on, args=(link, stop), daemon=True).start()
+        stop = self.stop_call = threading.Event()  # "interrupt" sets it: the stop button
 
         def send(event: tuple[Any, ...]) -> None:
             with contextlib.suppress(OSError):  # a kernel gone: the run goes on unseen
@@ -266,6 +274,10 @@ class Supervisor:
             error = outcome[1]
             error.__cause__ = outcome[2]
             reply_error(link, error)
+
+    def _interrupt(self, link: Link) -> None:
+        self.stop_call.set()
+        link.send(("ok", None))
 
     def _stop(self, link: Link, number: int) -> None:
         job = self.jobs[number]
@@ -368,13 +380,6 @@ def _held(notebook: bool) -> type[Workers]:
             return notebook
 
     return Held
-
-
-def _stop_on(link: Link, stop: threading.Event) -> None:
-    """A run's stop button: the kernel sends b"stop" (its end, EOF, stops nothing)."""
-    with contextlib.suppress(OSError, ConnectionError, Exception):
-        if link.recv_raw() == b"stop":
-            stop.set()
 
 
 def main() -> None:

@@ -71,34 +71,29 @@ def median(call):
     call()  # warm
     return statistics.median(timed(call) for _ in range(calls))
 
+def session_figures(w):
+    out["trivial"] = median(lambda: w.run(trivial))
+    out["all_reduce"] = median(lambda: w.run(all_reduce))
+    submits = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        job = w.submit(trivial)
+        submits.append(time.perf_counter() - start)
+        job.result()
+    out["submit"] = statistics.median(submits)
+
 out = {}
 if which == "session":
     from notebook_accel import Workers
     w = Workers(num_processes=2, hardware="cpu", output="none")
-    out["trivial"] = median(lambda: w.run(trivial))
-    out["all_reduce"] = median(lambda: w.run(all_reduce))
-    submits = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        job = w.submit(trivial)
-        submits.append(time.perf_counter() - start)
-        job.result()
-    out["submit"] = statistics.median(submits)
+    session_figures(w)
     w.close()
 elif which == "durable":
-    import os, tempfile, threading
+    import os, tempfile
     os.environ["NOTEBOOK_ACCEL_DURABLE_DIR"] = tempfile.mkdtemp()
     from notebook_accel import Workers
     w = Workers(num_processes=2, hardware="cpu", output="none", durable=True, name="bench")
-    out["trivial"] = median(lambda: w.run(trivial))
-    out["all_reduce"] = median(lambda: w.run(all_reduce))
-    submits = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        job = w.submit(trivial)
-        submits.append(time.perf_counter() - start)
-        job.result()
-    out["submit"] = statistics.median(submits)
+    session_figures(w)
 
     def lines(gate):
         import time

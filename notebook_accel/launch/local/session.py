@@ -68,6 +68,7 @@ from ..show.stall import Report
 from ..wire.payload import Payload, build, in_a_kernel
 from ..wire.shm import shipped, transport
 from ..wire.transport import Paired, Shipment, unpack
+from .awaited import Awaited
 from .durable.client import Remote, RemoteJob
 from .engine import Engine, Rank
 from .forkserver import warm_up
@@ -405,6 +406,7 @@ class Workers:
         display: Display,
         timeout: float | None,
         stop: threading.Event | None,
+        origins: tuple[tuple[str, str], ...] | None = None,
     ) -> _Task:
         chosen = self._ranks(ranks)
         engine = self._open_engine()
@@ -413,6 +415,8 @@ class Workers:
         ):
             raise ConfigError("timeout", timeout, "a number of seconds > 0, or None")
         payload, buffers = build(function, args, kwargs, {})
+        if origins is not None:  # the code came through a durable session's supervisor
+            payload = dataclasses.replace(payload, code_origins=origins)
         watch = watch_for_stop(stop, "the job was stopped")
         engine.retarget(display, watch)
         if engine.ended():  # while idle: its output and its end go to this task's display
@@ -549,19 +553,23 @@ class Workers:
         timeout: float | None = None,
         display: Display | None = None,
         stop: threading.Event | None = None,
+        origins: tuple[tuple[str, str], ...] | None = None,
     ) -> list[Any]:
         """``run`` with the arguments as a tuple and a dict, on some ``ranks`` (default all).
 
         ``display`` and ``stop`` are the launch panel's hooks (faces/panel.py): its own
         display, and an event that, once set, interrupts the run as the stop button does.
+        ``origins``: where the function's code came from (a durable session's supervisor
+        passes the kernel's, which cloudpickle's copy no longer says), for tracebacks and
+        stall reports.
         """
         with UserFrames():
             if self._remote is not None:
                 shown = display or Display(output=self.config.output)
-                return self._remote.call(function, args, kwargs, ranks, timeout, shown)
+                return self._remote.call(function, args, kwargs, ranks, timeout, shown, stop)
             with self._turn():
                 shown = display or Display(output=self.config.output)
-                task = self._begin(function, args, kwargs, ranks, shown, timeout, stop)
+                task = self._begin(function, args, kwargs, ranks, shown, timeout, stop, origins)
                 return self._finish(task)
 
     def run(
@@ -724,38 +732,14 @@ class Workers:
 Workers.__doc__ = document(Workers.__doc__, session=True)
 
 
-class Job:
-    """A run in the background on a session's workers (``Workers.submit``)."""
+class Job(Awaited):
+    """A run in the background on a session's workers (``Workers.submit``): ``done()``,
+    ``result(timeout)``, ``stop()``, ``output``, ``where()``."""
 
     def __init__(self, display: Display) -> None:
+        super().__init__()
         self._display = display
         self._stop = threading.Event()
-        self._done = threading.Event()
-        self._value: list[Any] | None = None
-        self._error: BaseException | None = None
-        self._started = time.monotonic()
-
-    def done(self) -> bool:
-        """Whether the job has ended (finished, failed or stopped)."""
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> list[Any]:
-        """Wait for the job (up to ``timeout`` s): every rank's value, or its exception.
-
-        Raises:
-            TimeoutError: still running after ``timeout`` (the job goes on).
-            Exception: what the run raised (a rank's own exception, KeyboardInterrupt if it
-                was stopped, ...), with the session's state in a note.
-        """
-        with UserFrames(TimeoutError):
-            if not self._done.wait(timeout):
-                raise TimeoutError(
-                    f"the job is still running after {timeout:g} s; it goes on (job.stop() ends it)"
-                )
-            if self._error is not None:
-                raise self._error
-            assert self._value is not None
-            return self._value
 
     def where(self) -> Report:
         """Where every rank of the job is now (the job goes on): the stack of the thread
@@ -786,21 +770,9 @@ class Job:
         return self._display.output_text if isinstance(self._display, CellDisplay) else ""
 
     def _ended(self) -> None:
-        seconds = time.monotonic() - self._started
-        error = self._error
-        if error is None:
-            line = f"finished in {seconds:.1f} s (job.result() has every rank's value)"
-        elif isinstance(error, KeyboardInterrupt):
-            line = f"stopped after {seconds:.1f} s"
-        else:
-            text = str(error).strip().splitlines()
-            line = (
-                f"failed after {seconds:.1f} s: {type(error).__name__}: {text[0] if text else ''}"
-                " (job.result() raises it)"
-            )
         try:
             if isinstance(self._display, CellDisplay):
-                self._display.finish(f"[notebook_accel] {line}")
+                self._display.finish(f"[notebook_accel] {self.ending()}")
         finally:
             self._done.set()
 

@@ -6,8 +6,10 @@ while nobody is attached, the supervisor killed, and outsiders refused.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -151,6 +153,36 @@ def test_outsiders_are_refused_and_nothing_of_theirs_is_unpickled(
         assert w.run(lambda: 1) == [1, 1]  # the session goes on
     finally:
         w.close()
+
+
+def _private(pid: int) -> int:
+    text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    fields = {k: int(v) << 10 for k, v in re.findall(r"^(\w+):\s+(\d+) kB", text, re.M)}
+    return fields["Private_Clean"] + fields["Private_Dirty"]
+
+
+def _held(folder: Path, name: str, made: bool) -> int:
+    """The private memory of a durable session's processes (supervisor, its forkserver,
+    workers) opened while this process held 256 MiB (``made``) that it frees afterwards."""
+    import torch
+
+    data = torch.ones(64, 1024, 1024) if made else None  # 256 MiB, every page written
+    w = Workers(2, hardware="cpu", durable=True, name=name)
+    try:
+        assert w.run(lambda: 1) == [1, 1]
+        del data
+        gc.collect()
+        supervisor = _supervisor(folder, name)
+        return sum(_private(p.pid) for p in [supervisor, *supervisor.children(recursive=True)])
+    finally:
+        w.close()
+
+
+def test_a_durable_session_holds_none_of_the_callers_memory(durable_folder: Path) -> None:
+    # The supervisor is a fresh interpreter and its workers its forkserver's forks: what the
+    # caller made and freed is in none of them (the memory issue's smaps_rollup reading).
+    made, never = _held(durable_folder, "made", True), _held(durable_folder, "never", False)
+    assert abs(made - never) < 32 << 20, (made >> 20, never >> 20)
 
 
 def test_a_journal_keeps_its_latest_segments_and_says_what_it_dropped(tmp_path: Path) -> None:

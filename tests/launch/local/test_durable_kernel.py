@@ -66,6 +66,16 @@ print(json.dumps({"result": job.result(timeout=120), "offset": w.pull("offset"),
                   "pids": w.run(os.getpid), "output": job.output}))
 """
 
+FAILS = """\
+import traceback
+def fails():
+    return 1 / 0  # the line that fails
+try:
+    w.run(fails)
+except ZeroDivisionError as error:
+    print("".join(traceback.format_exception(error)))
+"""
+
 CLOSE = "w.close()\nprint(json.dumps(sessions()))"
 
 
@@ -118,6 +128,7 @@ def test_a_job_outlives_its_kernel_and_another_kernel_attaches(
         gate.touch()
         outcome = json.loads(b.printed(b.run(RESULT)).splitlines()[-1])
         cell = b.printed(b.run(DISTRIBUTED))
+        failed = b.printed(b.run(FAILS))
         closed = b.run(CLOSE)
         shown = [
             m
@@ -143,6 +154,8 @@ def test_a_job_outlives_its_kernel_and_another_kernel_attaches(
     assert "job display 0" in displays[-1] and "job display 1" in displays[-1]
     assert "[rank 0] cell on rank 0 100" in cell and "[rank 1] cell on rank 1 100" in cell
     assert json.loads(b.printed(closed).splitlines()[-1]) == []
+    # a rank's traceback names the kernel's cell and shows its line (sent with the function)
+    assert "return 1 / 0  # the line that fails" in failed, failed
     # the workers were the supervisor's (forked by its forkserver), all of kernel A's tree ends
     for worker in outcome["pids"]:
         assert worker in {p.pid for p in tree}

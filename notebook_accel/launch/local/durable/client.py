@@ -16,21 +16,22 @@ and their jobs as they were.
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ....errors import ConfigError, SessionClosedError, UserFrames
+from ....errors import ConfigError, SessionClosedError
 from ...show import charts
 from ...show.background import CellDisplay
 from ...show.display import Display
 from ...show.stall import Report
-from ...wire.payload import in_a_kernel
+from ...wire.payload import code_origins, in_a_kernel
+from ..awaited import Awaited
 from . import place
 from .journal import frames
 from .link import Link, connect
@@ -41,6 +42,8 @@ __all__ = ["Remote", "RemoteJob"]
 _SUPERVISOR = "notebook_accel.launch.local.durable.supervisor"
 
 Events = Callable[[Any], None]
+Origins = tuple[tuple[tuple[str, str], ...], dict[str, list[str]]]
+_SOURCE_LIMIT = 1 << 20  # bytes of one file's source sent along with a function
 _TICK = 0.1  # seconds between a waiting display's ticks (its throttled updates drawn)
 
 
@@ -174,7 +177,18 @@ class Remote:
         ranks: list[int] | None,
         timeout: float | None,
         display: Display,
+        stop: threading.Event | None = None,
     ) -> list[Any]:
+        """A run: its events drawn in ``display``; ``stop`` (the panel's Stop) once set
+        interrupts it as the stop button does."""
+        asked = threading.Event()
+
+        def idle() -> None:
+            display.tick()
+            if stop is not None and stop.is_set() and not asked.is_set():
+                asked.set()
+                self.ask("interrupt")
+
         try:
             values: list[Any] = self.ask(
                 "call",
@@ -183,8 +197,9 @@ class Remote:
                 kwargs,
                 ranks,
                 timeout,
+                _origins(function),
                 events=_drawn(display),
-                idle=display.tick,
+                idle=idle,
             )
             return values
         finally:
@@ -198,7 +213,7 @@ class Remote:
         timeout: float | None,
         output: str,
     ) -> RemoteJob:
-        number = self.ask("submit", function, args, kwargs, timeout)
+        number = self.ask("submit", function, args, kwargs, timeout, _origins(function))
         job = RemoteJob(self, number, _job_display(output))
         self.jobs.append(job)
         return job
@@ -220,6 +235,19 @@ class Remote:
             spare, self._spare = self._spare, None
         if spare is not None:
             spare.close()
+
+
+def _origins(function: Callable[..., Any]) -> Origins:
+    """Where ``function``'s code is from, with the source lines of those files this kernel
+    knows (a notebook's cells are in its linecache only): the supervisor's tracebacks and
+    stall reports name the cell and show its line, as a plain session's do."""
+    origins = code_origins(function)
+    sources = {}
+    for _, filename in origins:
+        lines = linecache.getlines(filename)
+        if lines and sum(map(len, lines)) < _SOURCE_LIMIT:
+            sources[filename] = lines
+    return origins, sources
 
 
 def _next(link: Link, idle: Callable[[], None] | None) -> Any:
@@ -267,19 +295,16 @@ def _launch(folder: Path) -> None:
         raise RuntimeError(f"the durable session's supervisor did not start:\n{text}")
 
 
-class RemoteJob:
+class RemoteJob(Awaited):
     """A job of a durable session (``Workers.submit``, or ``w.jobs`` after attaching): the
     same methods as a plain session's Job; its output comes from the supervisor's journal."""
 
     def __init__(self, remote: Remote, number: int, display: Display) -> None:
+        super().__init__()
         self._remote = remote
         self.number = number
         self._display = display
         self._lines: list[str] = []
-        self._done = threading.Event()
-        self._value: list[Any] | None = None
-        self._error: BaseException | None = None
-        self._started = time.monotonic()
         self._thread = threading.Thread(
             target=self._watch, name="notebook-accel-durable-job", daemon=True
         )
@@ -303,37 +328,9 @@ class RemoteJob:
             try:
                 self._display.close()
                 if isinstance(self._display, CellDisplay):
-                    self._display.finish(f"[notebook_accel] job {self.number}: {self._word()}")
+                    self._display.finish(f"[notebook_accel] job {self.number}: {self.ending()}")
             finally:
                 self._done.set()
-
-    def _word(self) -> str:
-        error = self._error
-        if error is None:
-            return "finished (job.result() has every rank's value)"
-        if isinstance(error, KeyboardInterrupt):
-            return "stopped"
-        return f"failed: {type(error).__name__} (job.result() raises it)"
-
-    def done(self) -> bool:
-        """Whether the job has ended (finished, failed or stopped)."""
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> list[Any]:
-        """Wait for the job (up to ``timeout`` s): every rank's value, or its exception.
-
-        Raises:
-            TimeoutError: still running after ``timeout`` (the job goes on).
-        """
-        with UserFrames(TimeoutError):
-            if not self._done.wait(timeout):
-                raise TimeoutError(
-                    f"the job is still running after {timeout:g} s; it goes on (job.stop() ends it)"
-                )
-            if self._error is not None:
-                raise self._error
-            assert self._value is not None
-            return self._value
 
     def stop(self) -> None:
         """Interrupt every rank's code; returns once the job ended."""

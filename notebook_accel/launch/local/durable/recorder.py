@@ -14,11 +14,13 @@ watchers, or a run's connection); the kernel's own Display draws, as for a plain
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from ....reporting.channel import Displayed, Metrics, Progress
 from ...show.display import Display
+from ...show.stall import Ranks, StallWatch
 from .journal import Dropped
 
 __all__ = ["Recorder", "replay", "text_of"]
@@ -31,6 +33,14 @@ class Recorder(Display):
         super().__init__(output="all", bars="all")
         self._sink = sink
         self.last_line = ""
+        self.begun = threading.Event()  # the task was sent to its ranks
+
+    def watch_stalls(self, stall_time: float | None, ranks: Ranks | None) -> StallWatch | None:
+        """A task's ranks are watched once it is sent to them: it has begun."""
+        watch = super().watch_stalls(stall_time, ranks)
+        if ranks is not None:
+            self.begun.set()
+        return watch
 
     def banner(self, text: str) -> None:
         """The kernel prints its own banner."""

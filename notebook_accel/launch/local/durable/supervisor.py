@@ -26,6 +26,7 @@ case), never by the kernel's.
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
 import pickle
 import queue
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..session import Workers
+from .client import Origins
 from .journal import Journal
 from .link import Link, Listener, reply_error
 from .place import write_status
@@ -48,7 +50,6 @@ __all__ = ["main"]
 
 _TICK = 0.5
 _OPEN_WITHIN = 120.0  # seconds the starting kernel has to send "open"
-_CHANGES = ("open", "submit", "restart", "hello")  # requests after which status.json is new
 _REPLY_WITHIN = 10.0  # seconds the requests under way get to answer once the session ended
 _ASKED = "[notebook_accel] where each rank is (asked with where()):"
 
@@ -140,9 +141,6 @@ class Supervisor:
                 with contextlib.suppress(OSError, ConnectionError):
                     reply_error(link, exc)
             finally:
-                if verb in _CHANGES:  # what sessions() says, at once (else at the next tick)
-                    with contextlib.suppress(OSError):
-                        write_status(self.folder, self.status())
                 with self._count:
                     self.active -= 1
                     self.last_request = time.monotonic()
@@ -166,6 +164,7 @@ class Supervisor:
         except BaseException:
             self.end("its workers did not start")
             raise
+        self._changed()
         link.send(("ok", self._info()))
 
     def _info(self) -> dict[str, Any]:
@@ -180,6 +179,10 @@ class Supervisor:
             "options": self.options,
         }
 
+    def _changed(self) -> None:
+        """What sessions() says, before the reply (else it is the next tick's)."""
+        write_status(self.folder, self.status())
+
     def _hello(self, link: Link) -> None:
         link.send(("ok", self._info()))
 
@@ -191,6 +194,7 @@ class Supervisor:
         kwargs: dict[str, Any] | None,
         ranks: list[int] | None,
         timeout: float | None,
+        origins: Origins,
     ) -> None:
         stop = self.stop_call = threading.Event()  # "interrupt" sets it: the stop button
 
@@ -201,7 +205,14 @@ class Supervisor:
         display = Recorder(send)
         with self.turn:
             values = self._session().call(
-                function, args, kwargs, ranks=ranks, timeout=timeout, display=display, stop=stop
+                function,
+                args,
+                kwargs,
+                ranks=ranks,
+                timeout=timeout,
+                display=display,
+                stop=stop,
+                origins=_known(origins),
             )
             self.last_line = display.last_line or self.last_line
         link.send(("ok", values))
@@ -213,6 +224,7 @@ class Supervisor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None,
         timeout: float | None,
+        origins: Origins,
     ) -> None:
         workers = self._session()
         job = _Job(len(self.jobs), self.jobs_folder)
@@ -220,13 +232,22 @@ class Supervisor:
         try:
             self.jobs.append(job)
             thread = threading.Thread(
-                target=self._run_job, args=(workers, job, function, args, kwargs, timeout)
+                target=self._run_job,
+                args=(workers, job, function, args, kwargs, timeout, _known(origins)),
             )
             thread.daemon = True
             thread.start()
         except BaseException:
             self.turn.release()
             raise
+        # Returned once the task was sent, as a plain session's submit; what fails before
+        # (a worker that died while idle, a bad timeout) is raised by the submit itself.
+        while not job.recorder.begun.wait(0.01):
+            if job.ended.is_set():
+                error = job.outcome[1]
+                error.__cause__ = job.outcome[2]
+                raise error
+        self._changed()
         link.send(("ok", job.number))
 
     def _run_job(
@@ -237,16 +258,25 @@ class Supervisor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any] | None,
         timeout: float | None,
+        origins: tuple[tuple[str, str], ...],
     ) -> None:
         outcome: tuple[Any, ...]
         try:
             values = workers.call(
-                function, args, kwargs, timeout=timeout, display=job.recorder, stop=job.stop
+                function,
+                args,
+                kwargs,
+                timeout=timeout,
+                display=job.recorder,
+                stop=job.stop,
+                origins=origins,
             )
             outcome = ("ok", values)
         except BaseException as exc:  # noqa: BLE001  (the job's outcome, for job.result())
             outcome = ("error", exc, exc.__cause__)
             self._note_death(exc)
+            if not job.recorder.begun.is_set():  # never a job: submit raises the error
+                self.jobs.remove(job)
         finally:
             self.turn.release()
         job.end(outcome)
@@ -300,6 +330,7 @@ class Supervisor:
     def _restart(self, link: Link) -> None:
         self._session().restart()
         self.deaths.clear()
+        self._changed()
         link.send(("ok", self._info()))
 
     def _close(self, link: Link) -> None:
@@ -312,11 +343,13 @@ class Supervisor:
         self.why = why
         for job in self.jobs:
             job.stop.set()
-        if self.workers is not None:
-            self.workers.close()
-        self.done.set()
-        # Gone from sessions() before a kernel's close() returns; what is connected stays so.
-        shutil.rmtree(self.folder, ignore_errors=True)
+        try:
+            if self.workers is not None:
+                self.workers.close()
+        finally:  # whatever close() raised, this process ends (its workers with it)
+            self.done.set()
+            # Gone from sessions() before a kernel's close() returns; connections stay.
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def _note_death(self, error: BaseException) -> None:
         if type(error).__name__ == "WorkerDiedError":
@@ -369,6 +402,15 @@ class Supervisor:
         while self.active and time.monotonic() < deadline:
             time.sleep(0.01)  # the last replies (close's, the watchers' outcomes) go out first
         self.listener.close()
+
+
+def _known(origins: Origins) -> tuple[tuple[str, str], ...]:
+    """The kernel's code origins, their files' lines put in this process's linecache (a
+    notebook's cells exist nowhere else): a rank's traceback shows the cell's line."""
+    names, sources = origins
+    for filename, lines in sources.items():
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+    return names
 
 
 def _held(notebook: bool) -> type[Workers]:

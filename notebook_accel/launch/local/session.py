@@ -124,6 +124,10 @@ class Workers:
     with it again when created, as in a launch). ``cluster``, ``num_nodes`` and
     ``max_restarts`` are not for a session (a ConfigError names them).
 
+    With ``durable=True`` (and a ``name``) the workers belong to a supervisor process instead
+    of this kernel: they outlive it, and ``Workers.attach(name)`` in any later kernel of the
+    same user takes them back, with their namespace and jobs (``w.jobs``).
+
     Args:
         {options}
 

@@ -7,6 +7,7 @@ while nobody is attached, the supervisor killed, and outsiders refused.
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import re
@@ -30,6 +31,13 @@ OUTSIDER = Path(__file__).with_name("durable_outsider.py")
 def _supervisor(folder: Path, name: str) -> psutil.Process:
     status = json.loads((folder / name / "status.json").read_text())
     return psutil.Process(status["pid"])
+
+
+class _Missing:
+    """Unpickles as an import of a module the supervisor does not have."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (importlib.import_module, ("no_such_module_xyz",))
 
 
 def _until(predicate: object, timeout: float = 60) -> None:
@@ -79,6 +87,10 @@ def test_a_stopped_job_ends_and_the_session_stays_usable(
             while True:
                 time.sleep(0.01)
 
+        # what the supervisor cannot load is this call's error, and the session goes on
+        with pytest.raises(ModuleNotFoundError, match="no_such_module") as caught:
+            w.run(print, _Missing())
+        assert "could not load the request" in str(caught.value.__notes__)
         job = w.submit(forever)
         assert "forever" in str(job.where())
         job.stop()

@@ -50,6 +50,11 @@ __all__ = ["main"]
 
 _TICK = 0.5
 _OPEN_WITHIN = 120.0  # seconds the starting kernel has to send "open"
+_UNLOADABLE = (
+    "[notebook_accel] the durable session's supervisor could not load the request: what a "
+    "function or its arguments refer to must be importable there (its sys.path is the "
+    "kernel's when the session opened)."
+)
 _REPLY_WITHIN = 10.0  # seconds the requests under way get to answer once the session ended
 _ASKED = "[notebook_accel] where each rank is (asked with where()):"
 
@@ -131,6 +136,11 @@ class Supervisor:
                 verb, args = link.recv()
             except (OSError, ConnectionError, EOFError):
                 return  # the kernel closed it, or went away
+            except Exception as exc:  # noqa: BLE001  (read whole, but not loadable here)
+                exc.add_note(_UNLOADABLE)
+                with contextlib.suppress(OSError, ConnectionError):
+                    reply_error(link, exc)
+                continue
             with self._count:
                 self.active += 1
             try:

@@ -351,7 +351,10 @@ class Workers:
 
     @property
     def closed(self) -> bool:
-        """Whether the workers are gone (``restart()`` starts fresh ones)."""
+        """Whether the workers are gone (``restart()`` starts fresh ones). A durable session
+        closed from another kernel, or ended by its idle time, is closed here too."""
+        if self._remote is not None and not self._remote.running():
+            self._state, self._why = State.CLOSED, "its supervisor has ended"
         return self._state is State.CLOSED
 
     @property

@@ -74,7 +74,7 @@ def test_an_idle_session_ends_by_itself_with_its_workers(durable_folder: Path) -
     assert all(supervisor.pid in [p.pid for p in worker.parents()] for worker in workers)
     gone, alive = psutil.wait_procs([supervisor, *workers], timeout=60)
     assert alive == []
-    assert sessions() == []
+    assert sessions() == [] and w.closed
 
 
 def test_a_stopped_job_ends_and_the_session_stays_usable(

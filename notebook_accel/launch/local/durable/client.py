@@ -107,6 +107,11 @@ class Remote:
         remote.info = remote.ask("hello")
         return remote
 
+    def running(self) -> bool:
+        """Whether the supervisor still serves (its socket is there: it removes its folder
+        when the session ends, and sessions() the folder of one that was killed)."""
+        return (self.folder / "socket").exists()
+
     def ask(
         self,
         verb: str,

@@ -124,17 +124,18 @@ def test_a_death_while_detached_is_told_at_attach_and_workers_follow_the_supervi
     assert sessions() == []  # the folder it left is removed
 
 
-def test_outsiders_are_refused_and_nothing_of_theirs_is_unpickled(
+@pytest.mark.skipif(os.getuid() != 0, reason="running a process as another user needs root")
+def test_another_user_reaches_nothing_of_a_durable_session(
     durable_folder: Path, tmp_path: Path
 ) -> None:
     marker = tmp_path / "code-ran"
     w = Workers(2, hardware="cpu", durable=True, name="mine")
     try:
-        socket_path = str(durable_folder / "mine" / "socket")
-        assert oct((durable_folder / "mine" / "socket").stat().st_mode & 0o777) == "0o600"
+        socket_path = durable_folder / "mine" / "socket"
+        assert oct(socket_path.stat().st_mode & 0o777) == "0o600"
         assert oct(durable_folder.stat().st_mode & 0o777) == "0o700"
         other_user = subprocess.run(
-            ["/usr/bin/python3", str(OUTSIDER), socket_path, str(marker)],
+            ["/usr/bin/python3", str(OUTSIDER), str(socket_path), str(marker)],
             user=65534,
             group=65534,
             capture_output=True,
@@ -144,7 +145,19 @@ def test_outsiders_are_refused_and_nothing_of_theirs_is_unpickled(
         assert other_user.returncode == 0, other_user.stderr
         tries = json.loads(other_user.stdout)
         assert tries == {"list": "refused: PermissionError", "connect": "refused: PermissionError"}
-        # this user without the secret (or a process that sends a pickle as its proof)
+        assert not marker.exists()
+    finally:
+        w.close()
+
+
+def test_without_the_secret_nothing_is_served_nor_unpickled(
+    durable_folder: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "code-ran"
+    w = Workers(2, hardware="cpu", durable=True, name="mine")
+    try:
+        # a process that sends a pickle as its proof
+        socket_path = str(durable_folder / "mine" / "socket")
         same_user = subprocess.run(
             [sys.executable, str(OUTSIDER), socket_path, str(marker)],
             capture_output=True,
@@ -152,6 +165,7 @@ def test_outsiders_are_refused_and_nothing_of_theirs_is_unpickled(
             timeout=60,
         )
         assert json.loads(same_user.stdout)["connect"].startswith("refused: "), same_user.stdout
+        # notebook_accel's own attach with another secret
         code = "from notebook_accel import Workers; Workers.attach('mine')"
         guess = subprocess.run(
             [sys.executable, "-c", code],

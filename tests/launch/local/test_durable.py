@@ -105,6 +105,13 @@ def test_a_death_while_detached_is_told_at_attach_and_workers_follow_the_supervi
     durable_folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     w = Workers(2, hardware="cpu", durable=True, name="dies")
+    try:
+        _dies(durable_folder, w, capsys)
+    finally:
+        w.close()  # (when an assertion failed: nothing is left running)
+
+
+def _dies(durable_folder: Path, w: Workers, capsys: pytest.CaptureFixture[str]) -> None:
     pids = w.run(os.getpid)
     os.kill(pids[1], signal.SIGKILL)
     _until(lambda: [s.state for s in sessions()] == ["closed"])

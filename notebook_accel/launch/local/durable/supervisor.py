@@ -408,6 +408,8 @@ class Supervisor:
                 write_status(self.folder, self.status())
             if self._idle():
                 self.end(f"nobody used it for {self.idle_time:g} s (idle_time)")
+            elif not self.listener.path.exists():  # no kernel can reach it any more
+                self.end("its socket was removed")
         deadline = time.monotonic() + _REPLY_WITHIN
         while self.active and time.monotonic() < deadline:
             time.sleep(0.01)  # the last replies (close's, the watchers' outcomes) go out first

@@ -149,6 +149,7 @@ def test_notebook_runs(path: Path, kernel_env: None) -> None:
         attach = next(c for c in notebook.cells if "Workers.attach(" in c.source)
         drawn = json.dumps(attach.outputs)
         assert "[rank 0] step 0: total 0.0" in drawn and "step 50: total 2550.0" in drawn, drawn
+        assert "train: 100%" in drawn  # the job's bar, drawn by the attaching kernel
         result = next(c for c in notebook.cells if c.source == "job.result()")
         assert result.outputs[0]["data"]["text/plain"] == "[3540.0, 3540.0]"
         assert notebook.cells[-1].outputs[-1]["data"]["text/plain"] == "[]"  # after close()

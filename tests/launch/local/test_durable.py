@@ -78,10 +78,16 @@ def test_an_idle_session_ends_by_itself_with_its_workers(durable_folder: Path) -
 
 
 def test_a_stopped_job_ends_and_the_session_stays_usable(
-    durable_folder: Path,
+    durable_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     w = Workers(2, hardware="cpu", durable=True, name="stops")
     try:
+        # a module this process put on its sys.path after the session opened
+        (tmp_path / "durable_late_module.py").write_text("def seven():\n    return 7\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        import durable_late_module  # type: ignore[import-not-found]
+
+        assert w.run(durable_late_module.seven) == [7, 7]
 
         def forever() -> None:
             while True:

@@ -150,11 +150,16 @@ class Remote:
 
     def _sent(self, verb: str, args: tuple[Any, ...]) -> Link:
         """A connection with the request sent: the spare one (a ~1 ms proof saved), else new."""
+        import cloudpickle  # a notebook's functions travel by value
+
+        # The arguments apart, so that the supervisor first follows this kernel's sys.path
+        # (a module put on it after the session opened), then loads them.
+        request = (verb, tuple(sys.path), cloudpickle.dumps(args, protocol=5))
         with self._lock:
             spare, self._spare = self._spare, None
         if spare is not None:
             try:
-                spare.send((verb, args))
+                spare.send(request)
                 return spare
             except OSError:
                 spare.close()  # the supervisor ended or restarted: a new connection says so
@@ -162,7 +167,7 @@ class Remote:
             link = connect(self.folder / "socket")
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise SessionClosedError(f"the durable session {self.name!r} has ended") from exc
-        link.send((verb, args))
+        link.send(request)
         return link
 
     def _done_with(self, link: Link, answered: bool) -> None:

@@ -52,8 +52,8 @@ _TICK = 0.5
 _OPEN_WITHIN = 120.0  # seconds the starting kernel has to send "open"
 _UNLOADABLE = (
     "[notebook_accel] the durable session's supervisor could not load the request: what a "
-    "function or its arguments refer to must be importable there (its sys.path is the "
-    "kernel's when the session opened)."
+    "function or its arguments refer to must be importable there (with the sys.path of the "
+    "kernel that opened the session and the entries the requesting kernel's adds)."
 )
 _REPLY_WITHIN = 10.0  # seconds the requests under way get to answer once the session ended
 _ASKED = "[notebook_accel] where each rank is (asked with where()):"
@@ -133,9 +133,12 @@ class Supervisor:
         """A kernel's connection: its requests one after another, until it closes."""
         while True:
             try:
-                verb, args = link.recv()
+                verb, path, data = link.recv()
             except (OSError, ConnectionError, EOFError):
                 return  # the kernel closed it, or went away
+            try:
+                _follow(path)
+                args = pickle.loads(data)  # noqa: S301  (a proven member's)
             except Exception as exc:  # noqa: BLE001  (read whole, but not loadable here)
                 exc.add_note(_UNLOADABLE)
                 with contextlib.suppress(OSError, ConnectionError):
@@ -414,6 +417,15 @@ class Supervisor:
         while self.active and time.monotonic() < deadline:
             time.sleep(0.01)  # the last replies (close's, the watchers' outcomes) go out first
         self.listener.close()
+
+
+def _follow(path: tuple[str, ...]) -> None:
+    """The requesting kernel's sys.path entries this process lacks, added (after its own):
+    a function from a module the kernel put on its path later loads here, and in the
+    workers, which get this process's sys.path with each task."""
+    for entry in path:
+        if entry not in sys.path:
+            sys.path.append(entry)
 
 
 def _known(origins: Origins) -> tuple[tuple[str, str], ...]:

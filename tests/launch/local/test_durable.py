@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -137,61 +138,61 @@ def _dies(durable_folder: Path, w: Workers, capsys: pytest.CaptureFixture[str]) 
     assert sessions() == []  # the folder it left is removed
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="running a process as another user needs root")
-def test_another_user_reaches_nothing_of_a_durable_session(
-    durable_folder: Path, tmp_path: Path
-) -> None:
-    marker = tmp_path / "code-ran"
+def _outsider(python: str, socket_path: Path, marker: Path, **user: int) -> dict[str, str]:
+    """What tests/launch/local/durable_outsider.py got, run by ``python`` (as ``user``)."""
+    done = subprocess.run(
+        [python, str(OUTSIDER), str(socket_path), str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **user,  # type: ignore[call-overload]
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+@pytest.fixture
+def mine(durable_folder: Path) -> Iterator[Workers]:
+    """A durable session named "mine", closed after the test."""
     w = Workers(2, hardware="cpu", durable=True, name="mine")
     try:
-        socket_path = durable_folder / "mine" / "socket"
-        assert oct(socket_path.stat().st_mode & 0o777) == "0o600"
-        assert oct(durable_folder.stat().st_mode & 0o777) == "0o700"
-        other_user = subprocess.run(
-            ["/usr/bin/python3", str(OUTSIDER), str(socket_path), str(marker)],
-            user=65534,
-            group=65534,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert other_user.returncode == 0, other_user.stderr
-        tries = json.loads(other_user.stdout)
-        assert tries == {"list": "refused: PermissionError", "connect": "refused: PermissionError"}
-        assert not marker.exists()
+        yield w
     finally:
         w.close()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="running a process as another user needs root")
+def test_another_user_reaches_nothing_of_a_durable_session(
+    durable_folder: Path, tmp_path: Path, mine: Workers
+) -> None:
+    marker = tmp_path / "code-ran"
+    socket_path = durable_folder / "mine" / "socket"
+    assert oct(socket_path.stat().st_mode & 0o777) == "0o600"
+    assert oct(durable_folder.stat().st_mode & 0o777) == "0o700"
+    tries = _outsider("/usr/bin/python3", socket_path, marker, user=65534, group=65534)
+    assert tries == {"list": "refused: PermissionError", "connect": "refused: PermissionError"}
+    assert not marker.exists()
 
 
 def test_without_the_secret_nothing_is_served_nor_unpickled(
-    durable_folder: Path, tmp_path: Path
+    durable_folder: Path, tmp_path: Path, mine: Workers
 ) -> None:
     marker = tmp_path / "code-ran"
-    w = Workers(2, hardware="cpu", durable=True, name="mine")
-    try:
-        # a process that sends a pickle as its proof
-        socket_path = str(durable_folder / "mine" / "socket")
-        same_user = subprocess.run(
-            [sys.executable, str(OUTSIDER), socket_path, str(marker)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert json.loads(same_user.stdout)["connect"].startswith("refused: "), same_user.stdout
-        # notebook_accel's own attach with another secret
-        code = "from notebook_accel import Workers; Workers.attach('mine')"
-        guess = subprocess.run(
-            [sys.executable, "-c", code],
-            env=dict(os.environ, NOTEBOOK_ACCEL_SECRET="a guess"),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert "ProofError" in guess.stderr and "wrong secret" in guess.stderr, guess.stderr
-        assert not marker.exists()
-        assert w.run(lambda: 1) == [1, 1]  # the session goes on
-    finally:
-        w.close()
+    # a process that sends a pickle as its proof
+    tries = _outsider(sys.executable, durable_folder / "mine" / "socket", marker)
+    assert tries["connect"].startswith("refused: "), tries
+    # notebook_accel's own attach with another secret
+    code = "from notebook_accel import Workers; Workers.attach('mine')"
+    guess = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, NOTEBOOK_ACCEL_SECRET="a guess"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "ProofError" in guess.stderr and "wrong secret" in guess.stderr, guess.stderr
+    assert not marker.exists()
+    assert mine.run(lambda: 1) == [1, 1]  # the session goes on
 
 
 def _private(pid: int) -> int:

@@ -7,6 +7,12 @@ kernel that did), 2 CPU processes, the same functions for every launcher:
     all-reduce   one all-reduce of one tensor (a launch: init_process_group first, as it must)
     submit       how long ``Workers.submit`` takes to return (median of 20)
 
+each on a plain session and on a durable one (``durable=True``: the calls go through its
+supervisor's socket), and on the durable one:
+
+    attach       ``Workers.attach`` until the attached job's 10,000 kept lines (5,000 a rank,
+                 printed before the attach) are all in ``job.output`` (median of 5)
+
 and, in a real Jupyter kernel (jupyter_client, from execute_request to execute_reply):
 
     busy cell    a cell running a 10 ms busy Python loop, while a submitted job trains and
@@ -65,10 +71,7 @@ def median(call):
     call()  # warm
     return statistics.median(timed(call) for _ in range(calls))
 
-out = {}
-if which == "session":
-    from notebook_accel import Workers
-    w = Workers(num_processes=2, hardware="cpu", output="none")
+def session_figures(w):
     out["trivial"] = median(lambda: w.run(trivial))
     out["all_reduce"] = median(lambda: w.run(all_reduce))
     submits = []
@@ -78,6 +81,41 @@ if which == "session":
         submits.append(time.perf_counter() - start)
         job.result()
     out["submit"] = statistics.median(submits)
+
+out = {}
+if which == "session":
+    from notebook_accel import Workers
+    w = Workers(num_processes=2, hardware="cpu", output="none")
+    session_figures(w)
+    w.close()
+elif which == "durable":
+    import os, tempfile
+    os.environ["NOTEBOOK_ACCEL_DURABLE_DIR"] = tempfile.mkdtemp()
+    from notebook_accel import Workers
+    w = Workers(num_processes=2, hardware="cpu", output="none", durable=True, name="bench")
+    session_figures(w)
+
+    def lines(gate):
+        import time
+        for i in range(5000):
+            print(f"step {i}: loss 0.{i:04d}")
+        while not gate.exists():
+            time.sleep(0.01)
+
+    from pathlib import Path
+    gate = Path(tempfile.mkdtemp()) / "gate"
+    job = w.submit(lines, gate)
+    attaches = []
+    for _ in range(5):
+        start = time.perf_counter()
+        attached = Workers.attach("bench")
+        kept = attached.jobs[-1]
+        while len(kept.output.splitlines()) < 10000:
+            time.sleep(0.001)
+        attaches.append(time.perf_counter() - start)
+    out["attach"] = statistics.median(attaches)
+    gate.touch()
+    job.result()
     w.close()
 elif which == "ours":
     from notebook_accel import notebook_launcher
@@ -234,32 +272,38 @@ def _ms(value: float | None) -> str:
 
 
 def main() -> None:
-    session, ours, theirs = _child("session"), _child("ours"), _child("accelerate")
+    session, durable = _child("session"), _child("durable")
+    ours, theirs = _child("ours"), _child("accelerate")
     kernel = _in_kernel()
     print(f"2 CPU processes; medians of {CALLS} (ms)")
-    print(f"{'':34}{'session':>10}{'our launch':>12}{'accelerate':>12}  target")
+    print(f"{'':34}{'session':>10}{'durable':>10}{'our launch':>12}{'accelerate':>12}  target")
     for key, label, target in (
-        ("trivial", "run(lambda: 1)", "<= 5"),
+        ("trivial", "run(lambda: 1)", "<= 5; durable <= 2x session"),
         ("all_reduce", "run(all-reduce)", ""),
         ("submit", "submit returns", "<= 5"),
     ):
-        row = [(d or {}).get(key) for d in (session, ours, theirs)]
-        print(f"{label:34}{_ms(row[0]):>10}{_ms(row[1]):>12}{_ms(row[2]):>12}  {target}")
+        row = [(d or {}).get(key) for d in (session, durable, ours, theirs)]
+        print(
+            f"{label:34}{_ms(row[0]):>10}{_ms(row[1]):>10}{_ms(row[2]):>12}{_ms(row[3]):>12}"
+            f"  {target}"
+        )
+    attach = (durable or {}).get("attach")
+    print(f"{'attach, 10,000 lines kept':34}{'-':>10}{_ms(attach):>10}{'-':>12}{'-':>12}  <= 1000")
     alone, beside = kernel["alone"], kernel["beside"]
     print(f"{'empty cell (the kernel own)':34}{_ms(statistics.median(kernel['empty'])):>10}")
     print(
-        f"{'10 ms busy cell, no job':34}{_ms(statistics.median(alone)):>10}"
+        f"{'10 ms busy cell, no job':34}{_ms(statistics.median(alone)):>10}{'':>10}"
         f"{'-':>12}{'-':>12}  (worst {_ms(max(alone))})"
     )
     p95 = statistics.quantiles(beside, n=20)[-1]
     print(
-        f"{'10 ms busy cell, job training':34}{_ms(statistics.median(beside)):>10}"
+        f"{'10 ms busy cell, job training':34}{_ms(statistics.median(beside)):>10}{'':>10}"
         f"{'blocked':>12}{'blocked':>12}  <= 100 (95%: {_ms(p95)}, worst {_ms(max(beside))})"
     )
     reduce = statistics.median(kernel["all_reduce"])
     launch_reduce = [(d or {}).get("all_reduce") for d in (ours, theirs)]
     print(
-        f"{'%%distributed all-reduce cell':34}{_ms(reduce):>10}{_ms(launch_reduce[0]):>12}"
+        f"{'%%distributed all-reduce cell':34}{_ms(reduce):>10}{'':>10}{_ms(launch_reduce[0]):>12}"
         f"{_ms(launch_reduce[1]):>12}  <= 10"
     )
     print(f"three cells (build; 50; 50) = one launch of 100 steps, same seed: {_equal_weights()}")

@@ -26,6 +26,7 @@ _EXPORTS = {
     "debug_launcher": "notebook_accel.launch",
     "Workers": "notebook_accel.launch.local.session",
     "Job": "notebook_accel.launch.local.session",
+    "sessions": "notebook_accel.launch.local.durable.place",
     "LaunchConfig": "notebook_accel.config",
     "Accelerator": "notebook_accel.training.accelerator",
     "DistributedType": "notebook_accel.training.process",

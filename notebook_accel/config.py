@@ -62,7 +62,7 @@ MixedPrecision = Literal["no", "fp16", "bf16", "fp8"]
 OutputMode = Literal["all", "main", "none"]
 StartMethod = Literal["auto", "forkserver", "spawn"]
 PlacementStrategy = Literal["PACK", "SPREAD"]
-Session = Literal["yes", "refused", "no"]
+Session = Literal["yes", "only", "refused", "no"]
 
 
 class PrecisionType(enum.StrEnum):
@@ -113,8 +113,10 @@ class Option:
         panel: the launch panel's control that shows it (one the panel draws: "hardware",
             "processes", "precision", "accumulation", "sharding", "compile", "seed"; any
             other name: a plain control with that label), or None.
-        session: ``"yes"``: ``Workers`` takes it; ``"refused"``: ``Workers`` names it in a
-            ConfigError (not for a session); ``"no"``: not a ``Workers`` parameter.
+        session: ``"yes"``: ``Workers`` takes it; ``"only"``: ``Workers`` takes it and
+            ``notebook_launcher`` does not (a session's own option); ``"refused"``: ``Workers``
+            names it in a ConfigError (not for a session); ``"no"``: not a ``Workers``
+            parameter.
         worker: the workers' ``Accelerator()`` takes it as its default (launched.option).
         variables: environment variables set in every worker from its value, for user code
             and accelerate's own classes (our code reads the LaunchConfig, never these).
@@ -187,6 +189,29 @@ def _seconds(name: str, value: Any) -> float | None:
         isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
     ):
         raise ConfigError(name, value, "a number of seconds > 0, or None")
+    return value
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(name, value, "True or False")
+    return value
+
+
+def _idle_time(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(name, value, "a number of seconds > 0")
+    return float(value)
+
+
+def _session_name(name: str, value: Any) -> str | None:
+    if value is not None and (
+        not isinstance(value, str)
+        or not 0 < len(value) <= 64
+        or value.startswith(".")
+        or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in value)
+    ):
+        raise ConfigError(name, value, "None or up to 64 letters, digits, '-', '_', '.'")
     return value
 
 
@@ -553,6 +578,31 @@ class LaunchConfig:
         doc="accelerate's elastic log prefix: accepted at ``None`` (lines show ``[rank N]``).",
         file=False,
     )
+    # a session's own options (Workers only): a durable session (launch/local/durable/)
+    durable: bool = option(
+        False,
+        check=_flag,
+        doc="the workers belong to a supervisor process of ours, not to this kernel: they, "
+        "their namespace and their jobs outlive it; ``Workers.attach(name)`` in a later "
+        "kernel takes them back (needs ``name``).",
+        file=False,
+        session="only",
+    )
+    name: str | None = option(
+        None,
+        check=_session_name,
+        doc="a durable session's name (letters, digits, ``-``, ``_``, ``.``), unique among "
+        "this user's open sessions on this machine.",
+        file=False,
+        session="only",
+    )
+    idle_time: float = option(
+        12 * 3600.0,
+        check=_idle_time,
+        doc="a durable session nobody closed ends after this many seconds with no task "
+        "running and no request from a kernel (default 12 hours).",
+        session="only",
+    )
     # Not options: which fields' values came from the config file, for the launch banner.
     from_file: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
     file_path: str = dataclasses.field(default="", compare=False, repr=False)
@@ -699,7 +749,11 @@ def given(
 ) -> dict[str, Any]:
     """The launch options among a call's arguments (``locals()`` of notebook_launcher, or of
     Workers with ``session``: the options a session takes)."""
-    names = [name for name, spec in options(table).items() if not session or spec.session == "yes"]
+    names = [
+        name
+        for name, spec in options(table).items()
+        if spec.session in (("yes", "only") if session else ("yes", "no", "refused"))
+    ]
     return {name: values[name] for name in names if name in values}
 
 
@@ -712,7 +766,7 @@ def document(doc: str | None, session: bool = False) -> str:
     """
     lines = []
     for name, spec in options().items():
-        if session and spec.session != "yes":
+        if spec.session not in (("yes", "only") if session else ("yes", "no", "refused")):
             continue
         words = spec.doc.split()
         line, entry = f"        {name}:", []

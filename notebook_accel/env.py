@@ -451,6 +451,25 @@ def secret_file() -> Path:
     return _config_folder() / "notebook_accel" / "secret"
 
 
+def durable_folder() -> Path:
+    """Where this user's durable sessions keep their sockets and logs (a folder of mode 0700).
+
+    ``NOTEBOOK_ACCEL_DURABLE_DIR`` overrides it; else ``$XDG_RUNTIME_DIR/notebook_accel``, else
+    ``/tmp/notebook_accel-<uid>``.
+
+    Example:
+        >>> durable_folder().name.startswith("notebook_accel")  # doctest: +SKIP
+        True
+    """
+    explicit = os.environ.get(_PREFIX + "DURABLE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "notebook_accel"
+    return Path("/tmp") / f"notebook_accel-{os.getuid()}"
+
+
 # -- variables derived from a launch, for user code (launched.Launch.variables) -----------
 def launch_variables(**options: str) -> dict[str, str]:
     """``NOTEBOOK_ACCEL_*`` variables: what a rank's launch says, for user code to read.

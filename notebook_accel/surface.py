@@ -48,6 +48,7 @@ OWN_NAMES = frozenset(
         "clear_shared_cache",
         "last_metrics",
         "load_ipython_extension",
+        "sessions",
         "set_shared_cache_limit",
         "shared_cache_info",
         "trange",

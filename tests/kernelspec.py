@@ -80,3 +80,47 @@ def run_cells(sources: list[str], timeout: Callable[[Any], int], path: Path = RO
         resources={"metadata": {"path": str(path)}},
     ).execute()
     return list(nbformat.reads(nbformat.writes(notebook), as_version=4).cells)
+
+
+class Kernel:
+    """A kernel driven message by message (jupyter_client), every iopub message kept in order."""
+
+    def __init__(self) -> None:
+        from jupyter_client.manager import KernelManager
+
+        self.manager = KernelManager(kernel_name="python3")
+        self.manager.start_kernel(cwd=str(ROOT))
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+        self.messages: list[dict[str, Any]] = []
+
+    def run(self, code: str, timeout: float = 120) -> str:
+        """Execute ``code``; returns the request's id once its reply and idle status came."""
+        msg_id = self.client.execute(code)
+        reply = self.client.get_shell_msg(timeout=timeout)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        self.until(
+            lambda m: (
+                m["content"].get("execution_state") == "idle"
+                and m["parent_header"].get("msg_id") == msg_id
+            ),
+            timeout,
+        )
+        return str(msg_id)
+
+    def until(self, seen: Callable[[dict[str, Any]], bool], timeout: float = 120) -> None:
+        """Keep iopub messages until one for which ``seen`` is true (an event, not a delay)."""
+        while True:
+            message = self.client.get_iopub_msg(timeout=timeout)
+            self.messages.append(message)
+            if seen(message):
+                return
+
+    def printed(self, msg_id: str) -> str:
+        """What request ``msg_id`` printed (its stream messages)."""
+        return "".join(
+            m["content"]["text"]
+            for m in self.messages
+            if m["msg_type"] == "stream" and m["parent_header"].get("msg_id") == msg_id
+        )

@@ -174,12 +174,15 @@ def test_the_launchers_parameters_are_the_tables_options() -> None:
 
     table = options()
     launcher = set(inspect.signature(notebook_launcher).parameters)
-    assert launcher == {"function", "args", "kwargs", "use_port", *table}
+    launched = {name for name, spec in table.items() if spec.session != "only"}
+    assert launcher == {"function", "args", "kwargs", "use_port", *launched}
     session = set(inspect.signature(Workers).parameters)
     assert session == {name for name, spec in table.items() if spec.session != "no"}
     for name, spec in table.items():  # each documented once, from the table
-        assert (f"        {name}: " in (notebook_launcher.__doc__ or "")) is True
-        assert (f"        {name}: " in (Workers.__doc__ or "")) is (spec.session == "yes")
+        in_launcher = f"        {name}: " in (notebook_launcher.__doc__ or "")
+        assert in_launcher is (spec.session != "only")
+        in_session = f"        {name}: " in (Workers.__doc__ or "")
+        assert in_session is (spec.session in ("yes", "only"))
 
 
 # -- accelerate 1.16's notebook_launcher parameters: options of the table -------------------

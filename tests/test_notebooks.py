@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +20,37 @@ NOTEBOOKS = sorted(kernelspec.NOTEBOOKS.glob("*.ipynb"))
 
 @pytest.fixture(scope="module")
 def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Select the test kernel spec for this module's kernels."""
-    with kernelspec.selected(tmp_path_factory.mktemp("jupyter")):
-        yield
+    """Select the test kernel spec for this module's kernels (durable sessions in a folder of
+    their own: another checkout's tests may run a notebook of the same name meanwhile)."""
+    durable = tmp_path_factory.mktemp("durable") / "sessions"
+    old = os.environ.get("NOTEBOOK_ACCEL_DURABLE_DIR")
+    os.environ["NOTEBOOK_ACCEL_DURABLE_DIR"] = str(durable)
+    try:
+        with kernelspec.selected(tmp_path_factory.mktemp("jupyter")):
+            yield
+    finally:
+        if old is None:
+            os.environ.pop("NOTEBOOK_ACCEL_DURABLE_DIR", None)
+        else:
+            os.environ["NOTEBOOK_ACCEL_DURABLE_DIR"] = old
+
+
+def _execute(client: NotebookClient, notebook: nbformat.NotebookNode) -> None:
+    """Top to bottom; before a cell tagged ``restart-kernel``, the kernel is killed and a
+    fresh one started, as a user's Kernel > Restart does."""
+    tagged = ["restart-kernel" in c.metadata.get("tags", []) for c in notebook.cells]
+    if not any(tagged):
+        client.execute()
+        return
+    from jupyter_core.utils import run_sync
+
+    with client.setup_kernel():
+        assert client.km is not None and client.kc is not None
+        for index, (cell, restart) in enumerate(zip(notebook.cells, tagged, strict=True)):
+            if restart:
+                run_sync(client.km.restart_kernel)(now=True)
+                run_sync(client.kc.wait_for_ready)(timeout=60)
+            client.execute_cell(cell, index)
 
 
 def test_notebooks_exist() -> None:
@@ -49,7 +78,7 @@ def test_notebook_runs(path: Path, kernel_env: None) -> None:
     )
     started = time.monotonic()
     try:
-        client.execute()
+        _execute(client, notebook)
     except CellExecutionError as exc:
         pytest.fail(f"{path.name} failed:\n{exc}")
     errors = [
@@ -114,4 +143,14 @@ def test_notebook_runs(path: Path, kernel_env: None) -> None:
         ]
         assert len(tables) == 2 and "Training Loss" in tables[0], tables
         assert "message from fork" not in json.dumps(launch.outputs)
+    if path.stem == "10_durable_sessions":
+        # The kernel was restarted with the job running; the new kernel's attaching cell
+        # drew the job's kept and live lines, and its result is the whole run's.
+        attach = next(c for c in notebook.cells if "Workers.attach(" in c.source)
+        drawn = json.dumps(attach.outputs)
+        assert "[rank 0] step 0: total 0.0" in drawn and "step 50: total 2550.0" in drawn, drawn
+        assert "train: 100%" in drawn  # the job's bar, drawn by the attaching kernel
+        result = next(c for c in notebook.cells if c.source == "job.result()")
+        assert result.outputs[0]["data"]["text/plain"] == "[3540.0, 3540.0]"
+        assert notebook.cells[-1].outputs[-1]["data"]["text/plain"] == "[]"  # after close()
     print(f"{path.name}: {time.monotonic() - started:.1f} s")

@@ -194,6 +194,22 @@ def on_cluster(
             )
 
 
+def for_durable(*, durable: bool, name: str | None) -> None:
+    """A durable session needs its name (what ``Workers.attach`` takes); a name is only for a
+    durable session."""
+    if durable and name is None:
+        raise ConfigError(
+            "name",
+            name,
+            "a name for the durable session, e.g. name='exp1'",
+            "Workers.attach(name) takes the session back from a later kernel.",
+        )
+    if name is not None and not durable:
+        raise ConfigError(
+            "durable", durable, "True with name=", "Only a durable session has a name."
+        )
+
+
 def for_session(
     *,
     cluster: str | None = None,

@@ -65,9 +65,11 @@ from ..show import charts
 from ..show.background import CellDisplay
 from ..show.display import Display
 from ..show.stall import Report
-from ..wire.payload import Payload, build
+from ..wire.payload import Payload, build, in_a_kernel
 from ..wire.shm import shipped, transport
 from ..wire.transport import Paired, Shipment, unpack
+from .awaited import Awaited
+from .durable.client import Remote, RemoteJob
 from .engine import Engine, Rank
 from .forkserver import warm_up
 from .where import Processes, engine_ranks
@@ -122,6 +124,10 @@ class Workers:
     with it again when created, as in a launch). ``cluster``, ``num_nodes`` and
     ``max_restarts`` are not for a session (a ConfigError names them).
 
+    With ``durable=True`` (and a ``name``) the workers belong to a supervisor process instead
+    of this kernel: they outlive it, and ``Workers.attach(name)`` in any later kernel of the
+    same user takes them back, with their namespace and jobs (``w.jobs``).
+
     Args:
         {options}
 
@@ -153,6 +159,9 @@ class Workers:
         cluster: str | None = None,
         num_nodes: int | None = None,
         max_restarts: int | None = None,
+        durable: bool = False,
+        name: str | None = None,
+        idle_time: float | None = None,
     ) -> None:
         with UserFrames():
             rules.for_session(cluster=cluster, num_nodes=num_nodes, max_restarts=max_restarts)
@@ -160,6 +169,7 @@ class Workers:
             self.config = LaunchConfig.from_defaults(**options, num_nodes=1, max_restarts=0)
             self.plan = plan_for(self.config)
             rules.for_session(backend=self.plan.backend, hardware=self.plan.hardware)
+            rules.for_durable(durable=self.config.durable, name=self.config.name)
             self._lock = threading.Lock()  # one task at a time
             self._engine: Engine | None = None  # its workers, while not CLOSED
             self._results: Shipment | None = None
@@ -169,9 +179,81 @@ class Workers:
             self._state = State.CLOSED
             self._why = "not started"  # why it is CLOSED
             self._job: Job | None = None
+            self._jobs: list[Job | RemoteJob] = []
             self._cells = itertools.count(1)
-            self._start()
+            # A durable session's supervisor (durable/client.py): it holds the workers.
+            self._remote: Remote | None = None
+            if self.config.durable:
+                assert self.config.name is not None
+                self._open_durable(self.config.name, options)
+            else:
+                self._start()
             _sessions.append(weakref.ref(self))
+
+    # -- a durable session (durable/): the same methods, its supervisor's workers -------------
+    def _open_durable(self, name: str, options: dict[str, Any]) -> None:
+        options = {
+            k: v for k, v in options.items() if k not in ("durable", "name") and v is not DEFAULT
+        }
+        options["idle_time"] = self.config.idle_time
+        self._remote = Remote.start(name, options)
+        self._state = State.OPEN
+        kept = f", kept by the durable session {name!r} (close() ends it; attach from any kernel)"
+        Display(output=self.config.output).banner(banner(self.config, self.plan, kept))
+
+    @classmethod
+    def attach(cls, name: str) -> Workers:
+        """The durable session ``name`` (``Workers(..., name=name, durable=True)``), from any
+        kernel of the same user on this machine: its workers, namespace and jobs as they are.
+
+        Each running job's output so far is shown in this cell, then its live lines, bars and
+        chart; ``w.jobs`` holds every job. A worker that died while no kernel was attached is
+        said here (its rank and signal).
+
+        Raises:
+            ConfigError: no durable session of this user has that name.
+
+        Example:
+            >>> w = Workers.attach("exp1")  # doctest: +SKIP
+            >>> w.jobs[-1].result()  # doctest: +SKIP
+        """
+        with UserFrames():
+            rules.for_durable(durable=True, name=name)
+            remote = Remote.attach(name)
+            self = cls.__new__(cls)
+            options = {k: v for k, v in remote.info["options"].items() if k != "idle_time"}
+            self.config = LaunchConfig.from_defaults(**options, durable=True, name=name)
+            self.plan = plan_for(self.config)
+            self._lock = threading.Lock()
+            self._engine, self._results, self._release = None, None, None
+            self._job, self._jobs, self._cells = None, [], itertools.count(1)
+            self._remote = remote
+            self._state = State.CLOSED if remote.info["closed"] else State.OPEN
+            self._why = remote.info["why"] or "a worker died"
+            for death in remote.info["deaths"]:
+                sys.stderr.write(
+                    f"[notebook_accel] while no kernel was attached to {name!r}: {death}\n"
+                )
+            remote.watch_jobs(self.config.output)
+            self._jobs.extend(remote.jobs)
+            _sessions.append(weakref.ref(self))
+            return self
+
+    @property
+    def jobs(self) -> list[Job | RemoteJob]:
+        """The session's jobs (``submit``), in submission order; after ``attach``, every job
+        of the durable session."""
+        return list(self._jobs)
+
+    def idle_death(self) -> BaseException | None:
+        """A worker that died while no task ran: the session closed and the death returned
+        (None: every worker lives, or the session is closed already). A durable session's
+        supervisor asks it every half second."""
+        with self._turn():
+            engine = self._engine
+            if engine is None or not engine.ended():
+                return None
+            return self._closing(engine.first_problem() or WorkerDiedError(-1, -signal.SIGKILL))
 
     # -- life ---------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -184,7 +266,14 @@ class Workers:
             # The session's workers meet once, privately (rendezvous.py: a memfd FileStore).
             port, store = stack.enter_context(Meeting(config).attempt(0))
             results = stack.enter_context(shipped([]))  # a results segment, no data
-            payload = Payload(b"", tuple(sys.path), os.getcwd(), env.snapshot(), shipment=results)
+            payload = Payload(
+                b"",
+                tuple(sys.path),
+                os.getcwd(),
+                env.snapshot(),
+                shipment=results,
+                displays=self.ranks_display(),
+            )
             layout = layout_for(config, plan, 0, store)
             engine = Engine(
                 layout,
@@ -207,6 +296,11 @@ class Workers:
         self._engine, self._results = engine, results
         self._state = State.OPEN
         self._release = weakref.finalize(self, stack.close)
+
+    def ranks_display(self) -> bool:
+        """Whether the ranks' displays are sent as a notebook's (a kernel holds the session;
+        a durable session's supervisor says what the kernel that opened it was)."""
+        return in_a_kernel()
 
     def _end(self, why: str, leave: bool = False) -> None:
         """The one way a session ends: its workers stopped (with ``leave``, first asked to
@@ -233,6 +327,10 @@ class Workers:
         A background job still running is stopped first.
         """
         with UserFrames():
+            if self._remote is not None:
+                self._remote.close()
+                self._state, self._why = State.CLOSED, "close() was called"
+                return
             job = self._job
             if job is not None:
                 job.stop()
@@ -243,13 +341,20 @@ class Workers:
     def restart(self) -> None:
         """Close the workers (if open) and start fresh ones: a new namespace, seeded again."""
         with UserFrames():
+            if self._remote is not None:
+                self._remote.info = self._remote.ask("restart")
+                self._state = State.OPEN
+                return
             self.close()
             with self._turn():
                 self._start()
 
     @property
     def closed(self) -> bool:
-        """Whether the workers are gone (``restart()`` starts fresh ones)."""
+        """Whether the workers are gone (``restart()`` starts fresh ones). A durable session
+        closed from another kernel, or ended by its idle time, is closed here too."""
+        if self._remote is not None and not self._remote.running():
+            self._state, self._why = State.CLOSED, "its supervisor has ended"
         return self._state is State.CLOSED
 
     @property
@@ -308,6 +413,7 @@ class Workers:
         display: Display,
         timeout: float | None,
         stop: threading.Event | None,
+        origins: tuple[tuple[str, str], ...] | None = None,
     ) -> _Task:
         chosen = self._ranks(ranks)
         engine = self._open_engine()
@@ -316,6 +422,8 @@ class Workers:
         ):
             raise ConfigError("timeout", timeout, "a number of seconds > 0, or None")
         payload, buffers = build(function, args, kwargs, {})
+        if origins is not None:  # the code came through a durable session's supervisor
+            payload = dataclasses.replace(payload, code_origins=origins)
         watch = watch_for_stop(stop, "the job was stopped")
         engine.retarget(display, watch)
         if engine.ended():  # while idle: its output and its end go to this task's display
@@ -452,16 +560,23 @@ class Workers:
         timeout: float | None = None,
         display: Display | None = None,
         stop: threading.Event | None = None,
+        origins: tuple[tuple[str, str], ...] | None = None,
     ) -> list[Any]:
         """``run`` with the arguments as a tuple and a dict, on some ``ranks`` (default all).
 
         ``display`` and ``stop`` are the launch panel's hooks (faces/panel.py): its own
         display, and an event that, once set, interrupts the run as the stop button does.
+        ``origins``: where the function's code came from (a durable session's supervisor
+        passes the kernel's, which cloudpickle's copy no longer says), for tracebacks and
+        stall reports.
         """
         with UserFrames():
+            if self._remote is not None:
+                shown = display or Display(output=self.config.output)
+                return self._remote.call(function, args, kwargs, ranks, timeout, shown, stop)
             with self._turn():
                 shown = display or Display(output=self.config.output)
-                task = self._begin(function, args, kwargs, ranks, shown, timeout, stop)
+                task = self._begin(function, args, kwargs, ranks, shown, timeout, stop, origins)
                 return self._finish(task)
 
     def run(
@@ -504,7 +619,7 @@ class Workers:
         *args: Any,
         timeout: float | None = None,
         **kwargs: Any,
-    ) -> Job:
+    ) -> Job | RemoteJob:
         """Start ``function(*args, **kwargs)`` on every worker and return at once.
 
         Its lines, bars and chart appear in this cell while later cells run; ``job.result()``
@@ -515,6 +630,12 @@ class Workers:
             >>> job.done(), job.result(timeout=600)  # doctest: +SKIP
         """
         with UserFrames():
+            if self._remote is not None:
+                remote_job = self._remote.submit(
+                    function, args, kwargs, timeout, self.config.output
+                )
+                self._jobs.append(remote_job)
+                return remote_job
             self._acquire()  # the job's thread gives the turn back when the job ends
             try:
                 display = (
@@ -525,6 +646,7 @@ class Workers:
                 job = Job(display)
                 task = self._begin(function, args, kwargs, None, display, timeout, job._stop)
                 self._job = job
+                self._jobs.append(job)
                 thread = threading.Thread(
                     target=self._background,
                     args=(job, task),
@@ -596,6 +718,8 @@ class Workers:
             rank 1 (pid 4243, 0% CPU): idle, waiting for the next task
         """
         with UserFrames():
+            if self._remote is not None:
+                return self._remote.where()
             job = self._job
             if job is not None and not job.done():
                 return job.where()
@@ -615,38 +739,14 @@ class Workers:
 Workers.__doc__ = document(Workers.__doc__, session=True)
 
 
-class Job:
-    """A run in the background on a session's workers (``Workers.submit``)."""
+class Job(Awaited):
+    """A run in the background on a session's workers (``Workers.submit``): ``done()``,
+    ``result(timeout)``, ``stop()``, ``output``, ``where()``."""
 
     def __init__(self, display: Display) -> None:
+        super().__init__()
         self._display = display
         self._stop = threading.Event()
-        self._done = threading.Event()
-        self._value: list[Any] | None = None
-        self._error: BaseException | None = None
-        self._started = time.monotonic()
-
-    def done(self) -> bool:
-        """Whether the job has ended (finished, failed or stopped)."""
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> list[Any]:
-        """Wait for the job (up to ``timeout`` s): every rank's value, or its exception.
-
-        Raises:
-            TimeoutError: still running after ``timeout`` (the job goes on).
-            Exception: what the run raised (a rank's own exception, KeyboardInterrupt if it
-                was stopped, ...), with the session's state in a note.
-        """
-        with UserFrames(TimeoutError):
-            if not self._done.wait(timeout):
-                raise TimeoutError(
-                    f"the job is still running after {timeout:g} s; it goes on (job.stop() ends it)"
-                )
-            if self._error is not None:
-                raise self._error
-            assert self._value is not None
-            return self._value
 
     def where(self) -> Report:
         """Where every rank of the job is now (the job goes on): the stack of the thread
@@ -677,21 +777,9 @@ class Job:
         return self._display.output_text if isinstance(self._display, CellDisplay) else ""
 
     def _ended(self) -> None:
-        seconds = time.monotonic() - self._started
-        error = self._error
-        if error is None:
-            line = f"finished in {seconds:.1f} s (job.result() has every rank's value)"
-        elif isinstance(error, KeyboardInterrupt):
-            line = f"stopped after {seconds:.1f} s"
-        else:
-            text = str(error).strip().splitlines()
-            line = (
-                f"failed after {seconds:.1f} s: {type(error).__name__}: {text[0] if text else ''}"
-                " (job.result() raises it)"
-            )
         try:
             if isinstance(self._display, CellDisplay):
-                self._display.finish(f"[notebook_accel] {line}")
+                self._display.finish(f"[notebook_accel] {self.ending()}")
         finally:
             self._done.set()
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 
 from ...errors import ConfigError, LaunchError
 
-__all__ = ["Channel", "Gate", "connect", "LAUNCHER", "WORKER", "ProofError"]
+__all__ = ["Channel", "Gate", "connect", "prove", "LAUNCHER", "WORKER", "ProofError"]
 
 HELLO = b"notebook-accel/1 "
 LAUNCHER = b"L"  # proves the job's secret
@@ -86,9 +86,10 @@ class Channel:
 
 def _address(sock: socket.socket) -> str:
     try:
-        return str(sock.getpeername()[0])
+        peer = sock.getpeername()
     except OSError:
         return "?"
+    return str(peer[0]) if isinstance(peer, tuple) else "this machine (a unix socket)"
 
 
 def _mac(key: bytes, *parts: bytes) -> bytes:
@@ -285,6 +286,16 @@ def connect(host: str, port: int, role: bytes, key: bytes, timeout: float, what:
         "Check that machine 0 is running the same launch, that the address and port are "
         "right, and that no firewall blocks the port."
     )
+
+
+def prove(channel: Channel, role: bytes, key: bytes, where: str) -> None:
+    """Prove ``key`` as ``role`` over a connected ``channel`` and check the gate's proof back
+    (what ``connect`` does once connected; a unix socket's client calls it itself).
+
+    Raises:
+        ProofError: the gate refused the proof, or what answered is not a gate of ours.
+    """
+    _answer(channel, role, key, where)
 
 
 def _answer(channel: Channel, role: bytes, key: bytes, where: str) -> None:

@@ -28,7 +28,7 @@ from ...errors import ConfigError, PayloadError
 from .pickling import Outgoing, dumps, loads
 from .transport import Shipment
 
-__all__ = ["Payload", "build", "in_a_kernel", "load", "annotate_traceback"]
+__all__ = ["Payload", "build", "code_origins", "in_a_kernel", "load", "annotate_traceback"]
 
 
 def in_a_kernel() -> bool:
@@ -130,7 +130,9 @@ def _culprit(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     return f"{path} ({_describe(obj)})"
 
 
-def _code_origins(function: Callable[..., Any]) -> tuple[tuple[str, str], ...]:
+def code_origins(function: Callable[..., Any]) -> tuple[tuple[str, str], ...]:
+    """Each code object's name -> its file, for ``function`` and the functions it reaches
+    (a traceback's frames of code sent by value get them back: annotate_traceback)."""
     codes: list[types.CodeType] = []
     seen: set[int] = set()
     pending: list[Any] = [function]
@@ -206,7 +208,7 @@ def build(
         sys_path=tuple(sys.path),
         cwd=os.getcwd(),
         environ=environ,
-        code_origins=_code_origins(function),
+        code_origins=code_origins(function),
     )
     return payload, pickled.buffers
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import psutil
 import pytest
-from jupyter_client.manager import KernelManager
 
 from tests import kernelspec
 
@@ -250,35 +249,11 @@ def test_nothing_is_left_after_close(cells: dict[str, Any]) -> None:
 # -- a kernel driven message by message ------------------------------------------------------
 
 
-class _Kernel:
-    """A kernel whose every iopub message is kept, in order."""
-
-    def __init__(self) -> None:
-        self.manager = KernelManager(kernel_name="python3")
-        self.manager.start_kernel(cwd=str(kernelspec.ROOT))
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=60)
-        self.messages: list[dict[str, Any]] = []
-
-    def run(self, code: str, timeout: float = 120) -> str:
-        """Execute ``code``; returns the request's id once its reply and idle status came."""
-        msg_id = self.client.execute(code)
-        reply = self.client.get_shell_msg(timeout=timeout)
-        assert reply["content"]["status"] == "ok", reply["content"]
-        while True:
-            message = self.client.get_iopub_msg(timeout=timeout)
-            self.messages.append(message)
-            content, parent = message["content"], message["parent_header"].get("msg_id")
-            if content.get("execution_state") == "idle" and parent == msg_id:
-                return str(msg_id)
-
-
 def test_a_background_job_s_messages_go_to_the_submitting_cell_and_a_killed_kernel_takes_the_workers(  # noqa: E501
     kernel_env: None, tmp_path: Path
 ) -> None:
     gate = tmp_path / "open"
-    kernel = _Kernel()
+    kernel = kernelspec.Kernel()
     try:
         kernel.run(SETUP)
         submit = kernel.run(_source("submit", gate))

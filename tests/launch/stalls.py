@@ -1,5 +1,5 @@
 """Helpers for the stall report's tests: a display that keeps the reports and stops the
-launch at the first one, and the line of a hang."""
+launch at the first one, the line of a hang, and the hang of mismatched collectives."""
 
 from __future__ import annotations
 
@@ -9,6 +9,20 @@ import time
 from typing import Any
 
 from notebook_accel.launch.show.display import Display
+
+
+def mismatched() -> None:
+    """A hang: rank 0 all-reduces while rank 1 broadcasts (each line marked)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    tensor = torch.ones(4)
+    print("ready", flush=True)
+    if dist.get_rank() == 0:
+        dist.all_reduce(tensor)  # <- rank 0
+    else:
+        dist.broadcast(tensor, 0)  # <- rank 1
 
 
 def line_of(function: Any, marker: str) -> int:

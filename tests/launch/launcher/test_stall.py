@@ -19,10 +19,11 @@ from notebook_accel import LaunchTimeoutError
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import launch
 from tests.launch.helpers import worker_processes
-from tests.launch.stalls import Recorder, line_of, note_of
+from tests.launch.stalls import Recorder, line_of, mismatched, note_of
 
 STALL = 3.0
 THIS = "test_stall.py"
+HANGS = "stalls.py"  # where mismatched() is
 
 
 def _until_reported(
@@ -42,19 +43,6 @@ def _until_reported(
 
 
 # -- the hangs ------------------------------------------------------------------------------
-def mismatched() -> None:
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    tensor = torch.ones(4)
-    print("ready", flush=True)
-    if dist.get_rank() == 0:
-        dist.all_reduce(tensor)  # <- rank 0
-    else:
-        dist.broadcast(tensor, 0)  # <- rank 1
-
-
 def test_ranks_in_different_collectives_are_named_with_their_lines() -> None:
     display, stopped = _until_reported(mismatched, output="main")
     zero, one = line_of(mismatched, "<- rank 0"), line_of(mismatched, "<- rank 1")
@@ -62,17 +50,17 @@ def test_ranks_in_different_collectives_are_named_with_their_lines() -> None:
     assert text.startswith("[notebook_accel] no rank has made progress for"), text
     assert "the launch goes on" in text and "stall_time=None turns it off" in text
     diagnosis = (
-        f"rank 0 in all_reduce at {THIS}, line {zero}; rank 1 in broadcast at line {one}: "
+        f"rank 0 in all_reduce at {HANGS}, line {zero}; rank 1 in broadcast at line {one}: "
         "the ranks wait in different collectives."
     )
     assert diagnosis in text, text
     # output="main": the report still covers every rank; each rank's stack starts at the
     # user's function, the launcher's frames hidden.
     assert re.search(
-        rf"rank 0 \(pid \d+.*\): waiting in all_reduce \(float32\[4\]\) at {THIS}", text
+        rf"rank 0 \(pid \d+.*\): waiting in all_reduce \(float32\[4\]\) at {HANGS}", text
     )
     assert re.search(
-        rf"rank 1 \(pid \d+.*\): waiting in broadcast \(float32\[4\]\) at {THIS}", text
+        rf"rank 1 \(pid \d+.*\): waiting in broadcast \(float32\[4\]\) at {HANGS}", text
     )
     assert text.count(", in mismatched") == 2 and "dist.all_reduce(tensor)" in text
     assert "notebook_accel/launch" not in text, text

@@ -22,7 +22,7 @@ from notebook_accel.launch.cluster.ray.local import local_cluster
 from notebook_accel.launch.show.display import Display
 from notebook_accel.reporting.channel import Health, Progress
 from tests.browser import free_port
-from tests.launch.stalls import Recorder, line_of, note_of
+from tests.launch.stalls import Recorder, line_of, mismatched, note_of
 
 ray = pytest.importorskip("ray")
 
@@ -571,19 +571,6 @@ def test_without_internal_kv_s_namespace_keys_live_on_a_board_that_ends_with_the
         assert private_ray.kv_get("rank1", namespace) is None
 
 
-def _mismatched() -> None:
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    tensor = torch.ones(4)
-    print("ready", flush=True)
-    if dist.get_rank() == 0:
-        dist.all_reduce(tensor)  # <- rank 0
-    else:
-        dist.broadcast(tensor, 0)  # <- rank 1
-
-
 _STALL = 3.0
 
 
@@ -591,12 +578,12 @@ def test_a_stall_says_where_each_rank_is_and_the_stop_keeps_it(cluster: Any) -> 
     display = Recorder(output="main")
     config = _config(num_processes=2, output="main", stall_time=_STALL)
     with pytest.raises(KeyboardInterrupt) as stopped:
-        launch(_mismatched, (), None, config, display=display, stop=display.stop)
+        launch(mismatched, (), None, config, display=display, stop=display.stop)
     # The report came by itself (the Recorder presses stop at it), once, in time.
     assert len(display.reports) == 1, display.reports
     assert display.waited is not None and display.waited <= _STALL + 5, display.waited
-    zero, one = line_of(_mismatched, "<- rank 0"), line_of(_mismatched, "<- rank 1")
-    this = "test_ray_backend.py"
+    zero, one = line_of(mismatched, "<- rank 0"), line_of(mismatched, "<- rank 1")
+    this = "stalls.py"
     diagnosis = (
         f"rank 0 in all_reduce at {this}, line {zero}; rank 1 in broadcast at line {one}: "
         "the ranks wait in different collectives."
@@ -611,7 +598,7 @@ def test_a_stall_says_where_each_rank_is_and_the_stop_keeps_it(cluster: Any) -> 
             rf"\(float32\[4\]\) at {this}",
             text,
         ), text
-    assert text.count(", in _mismatched") == 2 and "notebook_accel/launch" not in text, text
+    assert text.count(", in mismatched") == 2 and "notebook_accel/launch" not in text, text
     note = note_of(stopped.value)
     assert note.startswith("[notebook_accel] stopped; where each rank was:"), note
     assert diagnosis in note
@@ -622,7 +609,7 @@ def test_a_timeout_on_the_cluster_carries_where_each_rank_was(cluster: Any) -> N
     display = Recorder()
     config = _config(num_processes=2, timeout=15, stall_time=None)
     with pytest.raises(LaunchTimeoutError) as raised:
-        launch(_mismatched, (), None, config, display=display)
+        launch(mismatched, (), None, config, display=display)
     assert display.reports == []  # stall_time=None: no report by itself
     note = note_of(raised.value)
     assert note.startswith("[notebook_accel] its timeout ran out; where each rank was:"), note

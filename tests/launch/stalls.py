@@ -53,6 +53,23 @@ class Recorder(Display):
         self.stop.set()
 
 
+def times_out_with_a_note(config: Any) -> None:
+    """Launch ``mismatched`` with ``config`` (a timeout, stall_time=None) until it times out:
+    no report by itself, and the error's note says where each rank was."""
+    import pytest
+
+    from notebook_accel import LaunchTimeoutError
+    from notebook_accel.launch import launch
+
+    display = Recorder()
+    with pytest.raises(LaunchTimeoutError) as raised:
+        launch(mismatched, (), None, config, display=display)
+    assert display.reports == []  # stall_time=None: no report by itself
+    note = note_of(raised.value)
+    assert note.startswith("[notebook_accel] its timeout ran out; where each rank was:"), note
+    assert "the ranks wait in different collectives." in note
+
+
 def note_of(error: BaseException) -> str:
     """The one note of ``error`` that says where each rank was."""
     notes = [n for n in getattr(error, "__notes__", []) if "where each rank was" in n]

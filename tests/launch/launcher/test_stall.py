@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from notebook_accel import LaunchTimeoutError
 from notebook_accel.config import LaunchConfig
 from notebook_accel.launch import launch
 from tests.launch.helpers import worker_processes
-from tests.launch.stalls import Recorder, line_of, mismatched, note_of
+from tests.launch.stalls import Recorder, line_of, mismatched, note_of, times_out_with_a_note
 
 STALL = 3.0
 THIS = "test_stall.py"
@@ -191,14 +190,7 @@ def test_a_stuck_dataloader_worker_is_shown_with_itsline_of() -> None:
 
 
 def test_a_timeout_carries_where_each_rank_was() -> None:
-    config = LaunchConfig(num_processes=2, hardware="cpu", timeout=6, stall_time=None)
-    display = Recorder()
-    with pytest.raises(LaunchTimeoutError) as raised:
-        launch(mismatched, (), None, config, display=display)
-    assert display.reports == []  # stall_time=None: no report by itself
-    note = note_of(raised.value)
-    assert note.startswith("[notebook_accel] its timeout ran out; where each rank was:"), note
-    assert "the ranks wait in different collectives." in note
+    times_out_with_a_note(LaunchConfig(num_processes=2, hardware="cpu", timeout=6, stall_time=None))
 
 
 def quiet_collectives() -> int:

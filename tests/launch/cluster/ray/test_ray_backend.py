@@ -22,7 +22,7 @@ from notebook_accel.launch.cluster.ray.local import local_cluster
 from notebook_accel.launch.show.display import Display
 from notebook_accel.reporting.channel import Health, Progress
 from tests.browser import free_port
-from tests.launch.stalls import Recorder, line_of, mismatched, note_of
+from tests.launch.stalls import Recorder, line_of, mismatched, note_of, times_out_with_a_note
 
 ray = pytest.importorskip("ray")
 
@@ -606,14 +606,7 @@ def test_a_stall_says_where_each_rank_is_and_the_stop_keeps_it(cluster: Any) -> 
 
 
 def test_a_timeout_on_the_cluster_carries_where_each_rank_was(cluster: Any) -> None:
-    display = Recorder()
-    config = _config(num_processes=2, timeout=15, stall_time=None)
-    with pytest.raises(LaunchTimeoutError) as raised:
-        launch(mismatched, (), None, config, display=display)
-    assert display.reports == []  # stall_time=None: no report by itself
-    note = note_of(raised.value)
-    assert note.startswith("[notebook_accel] its timeout ran out; where each rank was:"), note
-    assert "the ranks wait in different collectives." in note
+    times_out_with_a_note(_config(num_processes=2, timeout=15, stall_time=None))
     assert _all_free()
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from notebook_accel import ConfigError, Workers, sessions
 from notebook_accel.launch.local.durable.journal import Dropped, Journal, frames
+from tests.launch.stalls import mismatched
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +105,30 @@ def test_a_stopped_job_ends_and_the_session_stays_usable(
         with pytest.raises(KeyboardInterrupt):
             job.result()
         assert w.run(lambda: 2) == [2, 2] and [j.done() for j in w.jobs] == [True]
+    finally:
+        w.close()
+
+
+def test_a_stalled_job_reports_by_itself_and_an_attach_shows_the_report_again(
+    durable_folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = Workers(2, hardware="cpu", durable=True, name="stalls", stall_time=3)
+    try:
+        job = w.submit(mismatched)
+        shown: list[str] = []
+
+        def said(text: str) -> bool:
+            shown.append(capsys.readouterr().out)
+            return text in "".join(shown)
+
+        _until(lambda: said("no rank has made progress"))
+        assert "the ranks wait in different collectives." in "".join(shown)
+        # kept by the supervisor: another attach shows it again, with the job's lines
+        shown.clear()
+        Workers.attach("stalls")
+        _until(lambda: said("the ranks wait in different collectives."))
+        assert "no rank has made progress" in "".join(shown)
+        job.stop()
     finally:
         w.close()
 

@@ -88,10 +88,11 @@ from ...wire.outcome import Died, Outcome, only_collateral, root_cause
 from ...wire.payload import Payload
 from ...wire.pickling import Outgoing
 from ...wire.transport import Shipment, unpack
+from ...wire.where import RankView
 from . import parking
 from .ranks import KV_NAMESPACE, Ended, Item, Output, Placed, RankHost, rank_task
 from .shipment import RayShipment, as_array
-from .where import RankState, RayRanks
+from .where import RayRanks
 
 __all__ = ["RayBackend", "connect", "describe_cluster", "keep_warm"]
 
@@ -526,21 +527,22 @@ class RayBackend:
         placed = self._placed.get(bundle)
         return bundle if placed is None else placed.rank
 
-    def _rank_states(self) -> list[RankState]:
-        """What the stall report says of each rank (one that has not met the others yet:
-        "starting", under its bundle's number)."""
+    def _rank_states(self) -> list[RankView]:
+        """What the stall report says of each rank before its answer (one that has not met
+        the others yet: "starting", under its bundle's number)."""
         n = self._plan.num_processes  # type: ignore[union-attr]
-        states = []
+        views = []
         for bundle in range(n):
             placed, outcome = self._placed.get(bundle), self._outcomes.get(bundle)
             if placed is None:
-                states.append(RankState(bundle, "starting"))
+                views.append(RankView(bundle, state="starting"))
                 continue
             state = "running"
             if outcome is not None:
                 state = {Result: "finished", Failure: "failed"}.get(type(outcome), "died")
-            states.append(RankState(placed.rank, state, placed.pid, placed.host))
-        return sorted(states, key=lambda state: state.rank)
+            where = f"on {placed.host}" if placed.host else ""
+            views.append(RankView(placed.rank, state=state, pid=placed.pid, process=where))
+        return sorted(views, key=lambda view: view.rank)
 
     def _items(self, running: dict[int, Any], timeout: float) -> list[tuple[int, Item]]:
         """The next item of each stream that has one within ``timeout``."""

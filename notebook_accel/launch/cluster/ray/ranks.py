@@ -193,8 +193,9 @@ class Asked:
 
     def __init__(self, key: str) -> None:
         self.key = question_key(key)
-        # A question asked before this rank met its peers is not for it.
-        self._seen = private_ray.kv_get(self.key, KV_NAMESPACE)
+        # The driver asks only once every rank has met (Placed), and the key is this
+        # launch's: any count found is a question for this rank.
+        self._seen: bytes | None = None
         self._read = time.monotonic()
         self._cpu = sum(os.times()[:2])
 

@@ -4,8 +4,8 @@ store, each answer back with the rank's output.
     notebook (driver.py, RayRanks)                    each rank's task (ranks.py, Asked)
     ------------------------------                    ---------------------------------
     ask(): every rank has met (Placed)?
-      the question's count + 1 -> Ray's KV  ---->     reads the count at most every
-      store ("<launch key>/where")                    _EVERY s, between two batches of its
+      the question's count + 1 -> Ray's KV  ---->     reads the count at most every half
+      store ("<launch key>/where")                    second, between two batches of its
                                                       output; a new count: a snapshot of its
                                                       threads (rank/where.py) and its CPU
                                                       share since the last read
@@ -23,25 +23,15 @@ on the task's own thread, never the function's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from ....private import ray as private_ray
 from ....reporting.channel import Where
 from ...wire.where import RankView, report
 from .ranks import KV_NAMESPACE, question_key
 
-__all__ = ["RankState", "RayRanks"]
-
-
-@dataclass(frozen=True)
-class RankState:
-    """What the driver knows of one rank when the report is made."""
-
-    rank: int
-    state: str  # starting, running, finished, failed, died
-    pid: int | None = None
-    host: str = ""  # the node's address
+__all__ = ["RayRanks"]
 
 
 class RayRanks:
@@ -49,8 +39,8 @@ class RayRanks:
 
     Args:
         key: the launch's key in Ray's key-value store (the question is beside it).
-        ranks: what the driver knows of each rank now ("starting": it has not met the
-            others, it cannot answer yet).
+        ranks: what the driver knows of each rank now, as the report's views without an
+            answer (state "starting": it has not met the others, it cannot answer yet).
         origins: the payload's cell-defined functions and their files.
         patience: seconds to wait for the answers: a rank reads the question every
             half second between batches of output (a batch waits a second at most), then
@@ -60,7 +50,7 @@ class RayRanks:
     def __init__(
         self,
         key: str,
-        ranks: Callable[[], list[RankState]],
+        ranks: Callable[[], list[RankView]],
         origins: Iterable[tuple[str, str]],
         patience: float = 4.0,
     ) -> None:
@@ -69,7 +59,7 @@ class RayRanks:
         self.origins = tuple(origins)
         self.patience = patience
         self._count = 0
-        self._looked: list[RankState] = []
+        self._looked: list[RankView] = []
 
     def ask(self) -> set[int] | None:
         self._looked = self.ranks()
@@ -83,18 +73,11 @@ class RayRanks:
 
     def report(self, answers: dict[int, Where], head: str, native: float | None) -> str:
         views = []
-        for rank in self._looked:
-            where = answers.get(rank.rank) if rank.state == "running" else None
-            views.append(
-                RankView(
-                    rank.rank,
-                    where=where,
-                    state=rank.state,
-                    pid=rank.pid,
-                    cpu=where.busy if where is not None else None,
-                    process=f"on {rank.host}" if rank.host else "",
-                )
-            )
+        for view in self._looked:
+            where = answers.get(view.rank) if view.state == "running" else None
+            if where is not None:
+                view = dataclasses.replace(view, where=where, cpu=where.busy)
+            views.append(view)
         return report(views, self.origins, head)
 
     def close(self) -> None:

@@ -527,7 +527,7 @@ _PHASES = (
     ("start", "called", "the call to rank 0's function starting"),
     ("called", "made", "torch.full in the worker (1 GiB of fresh pages)"),
     ("made", "put <", "pickling the value"),
-    ("put <", "put >", "its buffer copied into the results segment (pwrite)"),
+    ("put <", "put >", "its buffer copied into the results segments (stripes)"),
     ("put >", "result", "rank 0 freeing its 1 GiB, winding down: its Result sent"),
     ("result", "exits >", "the notebook waiting for the ranks' exits (freeing 1 GiB)"),
     ("exits >", "get >", "relaying the last output, mapping the result"),

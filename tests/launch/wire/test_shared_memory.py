@@ -286,6 +286,60 @@ def test_large_results_come_back_and_end_with_their_last_reference() -> None:
     assert not any("results" in name for name in _mine())
 
 
+def _results_blocks() -> dict[int, int]:
+    """This process's results segments (open fds): inode -> bytes of memory they hold."""
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        path = f"/proc/self/fd/{fd}"
+        try:
+            if "results" in os.readlink(path) and _tag(os.getpid()) in os.readlink(path):
+                status = os.stat(path)
+                found[status.st_ino] = status.st_blocks * 512
+        except OSError:
+            continue
+    return found
+
+
+def test_a_large_result_is_written_in_stripes_and_read_as_one_buffer() -> None:
+    """Results of 64 MiB or more are cut into stripes, one segment each (a thread per
+    segment in the rank), mapped side by side in the notebook: the buffers inside, whatever
+    stripes they span, read back exactly; dropping one rank's value frees its memory."""
+    from notebook_accel.hardware import usable_cores
+
+    def make() -> dict[str, Any]:
+        rank = int(os.environ["RANK"])
+        return {
+            "a": torch.arange(20 * MiB, dtype=torch.float32) + rank,  # 80 MiB
+            "b": np.arange(3 * MiB + 5, dtype=np.int64) * (rank + 1),  # spans a stripe's end
+            "c": torch.full((7,), rank),  # small: in the pickle
+            "d": torch.arange(MiB + 3, dtype=torch.int16) - rank,  # odd-sized, last
+        }
+
+    results = debug_launcher(make, num_processes=2)
+    for rank, value in enumerate(results):
+        assert torch.equal(value["a"], torch.arange(20 * MiB, dtype=torch.float32) + rank)
+        assert np.array_equal(value["b"], np.arange(3 * MiB + 5, dtype=np.int64) * (rank + 1))
+        assert value["c"].tolist() == [rank] * 7
+        assert torch.equal(value["d"], torch.arange(MiB + 3, dtype=torch.int16) - rank)
+    del value
+    stripes = _results_blocks()
+    assert len(stripes) == min(4, usable_cores())  # one segment per copying thread
+    mapped = {name for name in _mine() if "results" in name and "(deleted) #" in name}
+    assert len({name.rsplit("#", 1)[1] for name in mapped}) == len(stripes)  # all mapped
+    results[1]["a"].add_(1)  # the notebook owns them: writable
+    assert results[1]["a"][:2].tolist() == [2.0, 3.0]
+    held = sum(stripes.values())
+    assert held >= 2 * (80 + 24 + 2) * MiB
+    results[1] = None  # rank 1's region: its holes punched, rank 0's stays
+    gc.collect()
+    left = sum(_results_blocks().values())
+    assert held - left >= (80 + 24 + 2) * MiB
+    assert torch.equal(results[0]["a"], torch.arange(20 * MiB, dtype=torch.float32))
+    del results
+    gc.collect()
+    assert not any("results" in name for name in _mine())
+
+
 # -- nothing left behind ---------------------------------------------------------------------
 
 

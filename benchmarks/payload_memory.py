@@ -30,7 +30,8 @@ its own data was left out of the zygote, and accelerate's, each row in a fresh k
   (forkservers, idle and session workers), each counted once (PSS without shared memory,
   plus the shared-memory segments they hold, each once), above what it was before the data;
 - the 1 GiB return with the kernel holding 0 or 1 GiB (made before the renewal): 3 launches;
-- a launch capturing the 1 GiB the kernel holds: first, again;
+- a launch capturing the 1 GiB the kernel holds: first, again in the same cell, again as a
+  cell run again 0.5 s later (median of 5), and a plain launch run again the same way;
 - a cell importing a module (its end renews the zygote) while the kernel holds 0, 8 or 16
   GiB (where the machine has room), as the notebook waits for it, and the launch after it.
 
@@ -52,7 +53,37 @@ engineers' tests ran beside; GiB above the kernel before the data; ms):
                                          0.98/0.63, 1.83/1.71 s; accelerate 0.62/0.67,
                                          0.75/1.08 s
 
-Where the 1 GiB return's seconds go (``--where``, load 3.0; 0 / 1 GiB held): rank 0's
+Measured on 2026-12-06 with the machine quiet (``--kernel``, load 0.7-1.2), after large
+results were written in stripes (shm.py: one segment and thread each; before, one thread
+wrote the whole result, 0.45-0.50 s per GiB whatever the threads: a memfd takes one writer
+at a time):
+
+    4 GiB tensor / numpy / frame, left 1 s after del   ours 0.08 / 0.08 / 0.16, forked whole
+      4.08 / 4.08 / 4.16, accelerate 0.00 / 0.00 / 0.06; 1 GiB of small objects 1.06, 1.05,
+      0.00 (the interpreter's heap: the zygote's fork holds what the kernel had then)
+    1 GiB result, 0 / 1 GiB held         ours 0.93/1.00/0.94 (median 0.94) / 0.85/0.86/0.85
+                                         s; forked whole 0.95 / 0.89 s (target <= 1.0 s)
+    capture the 1 GiB held               ours first 0.60 s, again at once 0.08 s, again as a
+                                         cell re-run 0.06 s (a plain launch re-run 0.06 s);
+                                         forked whole 0.61 / 0.21 / 0.12 (0.10); accelerate
+                                         0.27 / 0.25 / 0.25 (0.25)
+    import cell / next launch, ms        ours 61 / 100 at 0 GiB, 70 / 100 at 8 GiB; forked
+                                         whole 51 / 99, 181 / 648 (targets: +50 ms at 8 GiB)
+    the same, ours alone, two kernels    0 GiB 64 / 79, 59 / 57; 8 GiB 64 / 95, 62 / 77;
+    each (renewal_cost)                  16 GiB 83 / 95, 63 / 99 (0 GiB between: 70 / 104)
+
+``--result`` (a script): 1.06, 1.06 s before the stripes, 0.82, 0.82, 0.86 s after (torch.full
+0.47-0.49 s of it).
+
+Where the 1 GiB return's seconds go (``--where``, 2026-12-06, load 0.7, after the stripes;
+0 / 1 GiB held): the call to rank 0's function 0.03 / 0.03 s; torch.full 0.47 / 0.48 s (one
+thread per rank: 2 cores, 2 ranks); pickling 0.00; the copy into the results segments 0.26 /
+0.45 s (0.48 / 0.75 before the stripes; the 1 GiB held adds no work here: in single runs it
+took 0.26-0.29 s held or not, with one launch of three at 1.12 s, this virtual machine
+backing pages again); rank 0's wind-down 0.05 s; the exits 0.01 s; mapping and unpickling
+0.004 s.
+
+Before (``--where``, 2026-12-05, load 3.0; 0 / 1 GiB held): rank 0's
 function starts 0.10 / 0.05 s after the call; torch.full 0.78 / 1.17 s (1 GiB of fresh
 pages, one thread per rank); pickling 0.00; the copy into the results segment (pwrite into
 fresh shared pages) 0.75 / 1.00 s; freeing the worker's 1 GiB and its wind-down until the
@@ -390,7 +421,9 @@ def result_held(which: str, held: int) -> list[float]:
 
 def capture_held(which: str) -> dict[str, float]:
     """A launch capturing the 1 GiB tensor the kernel holds (made before a cell importing a
-    module), first and again."""
+    module): first, again in the same cell at once, and again as a cell run again (median of
+    5, each 0.5 s after the last returned, as launch_latency.py's warm launch), beside a
+    plain launch run the same way."""
     notebook = _Notebook(which)
     with notebook as kernel:
         kernel.cell(_MAKE["tensor"].format(n=1))
@@ -401,6 +434,12 @@ def capture_held(which: str) -> dict[str, float]:
             "again, _ = timed(lambda: float(data[0, 0, 0]))\n"
             "print(json.dumps({'first': first, 'again': again}))"
         )
+        for key, function in (("rerun", "float(data[0, 0, 0])"), ("plain", "0")):
+            times = []
+            for _ in range(5):
+                kernel.cell("time.sleep(0.5)")
+                times.append(kernel.json(f"print(json.dumps(timed(lambda: {function})[0]))"))
+            found[key] = statistics.median(times)
     return found
 
 
@@ -457,10 +496,15 @@ def kernel_rows(sizes: tuple[int, ...] = (0, 8, 16)) -> list[tuple[str, str, str
             )
         )
     captured = {which: capture_held(which) for which in VARIANTS}
-    for key, what in (("first", "first"), ("again", "again")):
+    for key, what in (
+        ("first", "first"),
+        ("again", "again, at once"),
+        ("rerun", "again, a cell re-run"),
+        ("plain", "a plain launch re-run"),
+    ):
         rows.append(
             (
-                f"launch capturing the 1 GiB held: {what}",
+                f"capturing the 1 GiB held: {what}",
                 *(_cell(captured[w][key], "s") for w in VARIANTS),
             )
         )

@@ -16,7 +16,7 @@
       notebook drops the last view                     Result(data, (starts, part, length,
                                                        places))
     release: unpin; least recently used copies go until the cache fits its limit; the
-      results segment closes once nothing maps it
+      results segments close once nothing maps them
 
 A launch's results go into a few segments (one per copying thread, ``_stripes``): a write into
 one memfd holds its file's lock, so two threads writing into one segment take turns, and

@@ -72,6 +72,12 @@ at a time):
     the same, ours alone, two kernels    0 GiB 64 / 79, 59 / 57; 8 GiB 64 / 95, 62 / 77;
     each (renewal_cost)                  16 GiB 83 / 95, 63 / 99 (0 GiB between: 70 / 104)
 
+After the captured copies were written in stripes too (the next change, same day): a launch
+capturing the 1 GiB the kernel holds, first 0.32 / 0.35 s (0.58-0.60 s before; accelerate
+0.26-0.27 s), again at once 0.09 / 0.08 s, as a cell re-run 0.06 / 0.07 s. In a script, the
+first launch with 1 GiB (memory sampler running) 0.47-0.55 s at 2 and 4 processes (0.63-0.71
+s before); re-launch unchanged.
+
 ``--result`` (a script): 1.06, 1.06 s before the stripes, 0.82, 0.82, 0.86 s after (torch.full
 0.47-0.49 s of it).
 

@@ -6,10 +6,12 @@
       same storage and version counter, or the
       same bytes as a cached copy -> reuse it (no copy)
       else -> one new segment for the launch's new
-              buffers, each written once
-    MemfdShipment: segment fds + places    ------->    mmap MAP_PRIVATE: reads share the
-      + the launch's results segments                  cached pages; writes are the worker's
-                                                       own (copy-on-write)
+              buffers, each written once (from
+              64 MiB: in stripes, a thread each)
+    MemfdShipment: segments (their stripes'  ----->    mmap MAP_PRIVATE (the stripes side by
+      fds) + places + the launch's results             side): reads share the cached pages;
+      segments                                         writes are the worker's own
+                                                       (copy-on-write)
     unpack: mmap MAP_SHARED of the rank's  <-------    results: lock the segments, grow them,
       region, its stripes side by side;                write the buffers into the new region,
       freed (hole punched) when the                    a large one in stripes, a thread each:
@@ -18,12 +20,13 @@
     release: unpin; least recently used copies go until the cache fits its limit; the
       results segments close once nothing maps them
 
-A launch's results go into a few segments (one per copying thread, ``_stripes``): a write into
-one memfd holds its file's lock, so two threads writing into one segment take turns, and
-filling 1 GiB of fresh shared pages takes one thread 0.45 s here. A large result is cut into
-equal stripes, one per segment, written side by side (0.25 s with two threads), and the
-notebook maps the stripes next to each other (mmap MAP_FIXED into a reserved range) as one
-buffer. A small result, or one from a GPU (copied through a mapping), uses the first segment.
+Stripes: a write into one memfd holds its file's lock, so two threads writing into one
+segment take turns, and filling 1 GiB of fresh shared pages takes one thread 0.45 s here. A
+region of 64 MiB or more (a launch's new copies, a rank's result) is cut into equal stripes,
+one memfd each (one per copying thread, ``_stripes``), written side by side (0.25 s with two
+threads); whoever reads it maps the stripes next to each other (mmap MAP_FIXED into a
+reserved range, ``_join``) as one buffer. A launch ships that many results segments; a small
+result, or one from a GPU (copied through a mapping), uses the first.
 
 A session (session.py) ships its results segments once, when its workers start, and each
 task's buffers without one (``results=False``); its workers may keep what they mapped in their
@@ -179,29 +182,43 @@ def _libc_munmap() -> Callable[[int, int], int]:
     return function
 
 
-def _join(fds: list[int], starts: tuple[int, ...], part: int, length: int) -> memoryview:
+def _join(
+    fds: list[int], starts: tuple[int, ...], part: int, length: int, private: bool = False
+) -> tuple[memoryview, weakref.finalize[Any, Any]]:
     """Map ``part`` bytes of each segment from its start, one after the other, as one buffer
-    of ``length`` bytes: an address range is reserved, then each stripe mapped into its place.
-    The range is unmapped when the last view of the buffer goes."""
+    of ``length`` bytes: an address range is reserved, then each stripe mapped into its place
+    (shared, or copy-on-write with ``private``). The range is unmapped when the last view of
+    the buffer goes, or when the returned finalizer is called."""
     total = part * len(starts)
     mmap_, munmap = _libc_mmap(), _libc_munmap()
     anonymous = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
     base = mmap_(None, total, 0, anonymous, -1, 0)  # PROT_NONE: an address range only
     if base is None or base == ctypes.c_void_p(-1).value:
-        raise OSError(ctypes.get_errno(), "mmap: no address range for the result")
+        raise OSError(ctypes.get_errno(), "mmap: no address range for shared memory")
     try:
         for index, start in enumerate(starts):
             at = base + index * part
-            fixed = mmap.MAP_SHARED | _MAP_FIXED
+            fixed = (mmap.MAP_PRIVATE if private else mmap.MAP_SHARED) | _MAP_FIXED
             prot = mmap.PROT_READ | mmap.PROT_WRITE
             if mmap_(at, part, prot, fixed, fds[index], start) != at:
-                raise OSError(ctypes.get_errno(), "mmap: a stripe of the result")
+                raise OSError(ctypes.get_errno(), "mmap: a stripe of shared memory")
         joined = (ctypes.c_char * length).from_address(base)  # writable, owns nothing
     except BaseException:
         munmap(base, total)
         raise
-    weakref.finalize(joined, munmap, base, total)
-    return memoryview(joined).cast("B")
+    unmap = weakref.finalize(joined, munmap, base, total)
+    return memoryview(joined).cast("B"), unmap
+
+
+def _spans(part: int, count: int, offset: int, nbytes: int) -> Iterator[tuple[int, ...]]:
+    """Bytes ``offset`` to ``offset + nbytes`` of a region cut into ``count`` stripes of
+    ``part`` bytes: (stripe, offset in the stripe, start, end in those bytes) for each stripe
+    they reach."""
+    end = offset + nbytes
+    for index in range(count):
+        low, high = max(offset, index * part), min(end, (index + 1) * part)
+        if low < high:
+            yield index, low - index * part, low - offset, high - offset
 
 
 def _need(what: str, nbytes: int) -> None:
@@ -253,12 +270,8 @@ def _write_striped(
     pieces: list[list[tuple[memoryview, int]]] = [[] for _ in starts]
     for offset, out in zip(offsets, buffers, strict=True):
         assert out.view is not None, "only host buffers are written in stripes"
-        end = offset + out.nbytes
-        for index, start in enumerate(starts):
-            low, high = max(offset, index * part), min(end, (index + 1) * part)
-            if low < high:
-                piece = out.view[low - offset : high - offset]
-                pieces[index].append((piece, start + low - index * part))
+        for index, at, low, high in _spans(part, len(starts), offset, out.nbytes):
+            pieces[index].append((out.view[low:high], starts[index] + at))
 
     def stripe(index: int) -> None:
         for piece, at in pieces[index]:
@@ -276,26 +289,59 @@ def _write_striped(
 
 
 class _Segment:
-    """One memfd in the notebook, mapped shared: copies are written and compared here."""
+    """One launch's copies in the notebook, mapped shared: written and compared here. From
+    64 MiB, in stripes of ``part`` bytes, one memfd each (written a thread each), mapped side
+    by side here and in the workers."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.fd = _new_fd("data")
+        count = _stripes() if size >= _STRIPE_FROM else 1
+        self.part = _round(-(-size // count))
+        self.fds: list[int] = []
         try:
-            os.ftruncate(self.fd, size)
-            self.map = mmap.mmap(self.fd, size)
+            for _ in range(count):
+                self.fds.append(_new_fd("data"))
+                os.ftruncate(self.fds[-1], self.part)
+            self._mapping: mmap.mmap | memoryview | None
+            if count == 1:
+                self._mapping = mmap.mmap(self.fds[0], size)
+                self._unmap: Callable[[], Any] = self._mapping.close
+            else:
+                self._mapping, self._unmap = _join(self.fds, (0,) * count, self.part, size)
+            self.address = address(self._mapping)
         except BaseException:
-            os.close(self.fd)
+            for fd in self.fds:
+                os.close(fd)
             raise
         self.entries = 0
         # A session's workers may keep what they mapped for as long as they live (a pushed
         # tensor): punching a hole would turn their unwritten pages into zeros. Such a
         # segment's memory goes when the segment and the last mapping of it are gone.
-        self.punch = True
+        self.punched = True
+
+    def write(self, offset: int, out: Outgoing, what: str) -> None:
+        if len(self.fds) == 1:
+            _write(self.fds[0], offset, out, what)
+        elif out.view is not None:
+            _write_striped(self.fds, (0,) * len(self.fds), self.part, [offset], [out], what)
+        else:  # GPU memory: into the mapping, each stripe's region taken first
+            try:
+                for index, at, low, high in _spans(self.part, len(self.fds), offset, out.nbytes):
+                    os.posix_fallocate(self.fds[index], at, high - low)
+            except OSError as exc:
+                raise SharedMemoryError(what, out.nbytes, available_memory()) from exc
+            region = (ctypes.c_char * out.nbytes).from_address(self.address + offset)
+            out.copy_into(memoryview(region).cast("B"))  # the mapping outlives this view
+
+    def punch(self, offset: int, nbytes: int) -> None:
+        for index, at, low, high in _spans(self.part, len(self.fds), offset, nbytes):
+            _punch(self.fds[index], at, high - low)
 
     def close(self) -> None:
-        self.map.close()
-        os.close(self.fd)
+        self._unmap()
+        self._mapping = None
+        for fd in self.fds:
+            os.close(fd)
 
 
 @dataclass(eq=False)
@@ -312,7 +358,7 @@ class _Entry:
     cached: bool = True  # False once replaced or evicted: it ends when unpinned
 
     def address(self) -> int:
-        return address(self.segment.map) + self.offset
+        return self.segment.address + self.offset
 
     def matches(self, out: Outgoing) -> bool:
         """Still a copy of ``out``? Torch: same storage, same version; else: same bytes."""
@@ -331,7 +377,7 @@ class _Entry:
         return not any(differences)
 
     def write(self, out: Outgoing, what: str) -> None:
-        _write(self.segment.fd, self.offset, out, what)
+        self.segment.write(self.offset, out, what)
 
     def dead(self) -> bool:
         """The storage it copies is gone: no launch can ask for it again."""
@@ -454,10 +500,9 @@ class SharedCache(Transport):
                 segments.append(entry.segment)
             places.append((segments.index(entry.segment), entry.offset, entry.nbytes))
             if kept:
-                entry.segment.punch = False
+                entry.segment.punched = False
         return MemfdShipment(
-            [s.fd for s in segments],
-            [s.size for s in segments],
+            [(list(s.fds), s.part, s.size) for s in segments],
             places,
             [] if place is None else list(place.fds),
             _Launch(self, list(found.values()), place),
@@ -525,8 +570,8 @@ class SharedCache(Transport):
         segment.entries -= 1
         if segment.entries == 0:
             segment.close()
-        elif segment.punch:
-            _punch(segment.fd, entry.offset, _round(entry.nbytes))
+        elif segment.punched:
+            segment.punch(entry.offset, _round(entry.nbytes))
 
     def _trim(self, limit: int, dead_only: bool = False) -> None:
         """Evict unpinned copies, least recently used first, until ``limit`` bytes remain."""
@@ -574,7 +619,7 @@ class _Results:
         if len(starts) == 1:
             view = memoryview(mmap.mmap(self.fds[0], length, offset=starts[0]))
         else:
-            view = _join(self.fds, starts, part, length)
+            view, _ = _join(self.fds, starts, part, length)
         with self._lock:
             self._live += 1
         weakref.finalize(view.obj, self._unmapped, starts, part)
@@ -616,26 +661,28 @@ class _Launch:
 
 
 class MemfdShipment(Shipment):
-    """Where one launch's buffers are: segment fds and (segment, offset, size) per buffer."""
+    """Where one launch's buffers are: its segments (each its stripes' fds, the stripes' size,
+    its size) and (segment, offset, size) per buffer."""
 
     def __init__(
         self,
-        fds: list[int],
-        sizes: list[int],
+        segments: list[tuple[list[int], int, int]],
         places: list[tuple[int, int, int]],
         results_fds: list[int],
         launch: _Launch | None = None,
     ) -> None:
-        self._fds = fds
-        self._sizes = sizes
+        self._segments = segments
         self._places = places
         self._results_fds = results_fds
         self._launch = launch  # None in a worker
 
     def __reduce__(self) -> tuple[Any, ...]:
-        fds = tuple(cpython.dup_fd(fd) for fd in self._fds)
+        segments = [
+            (tuple(cpython.dup_fd(fd) for fd in fds), part, size)
+            for fds, part, size in self._segments
+        ]
         results = tuple(cpython.dup_fd(fd) for fd in self._results_fds)
-        return (_arrive, (fds, self._sizes, self._places, results))
+        return (_arrive, (segments, self._places, results))
 
     @property
     def nbytes(self) -> int:
@@ -643,11 +690,13 @@ class MemfdShipment(Shipment):
 
     def views(self) -> list[memoryview]:
         prot = mmap.PROT_READ | mmap.PROT_WRITE
-        maps = [
-            mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=prot)
-            for fd, size in zip(self._fds, self._sizes, strict=True)
-        ]
-        return [memoryview(maps[s])[o : o + n] for s, o, n in self._places]
+        maps = []
+        for fds, part, size in self._segments:
+            if len(fds) == 1:
+                maps.append(memoryview(mmap.mmap(fds[0], size, mmap.MAP_PRIVATE, prot)))
+            else:
+                maps.append(_join(fds, (0,) * len(fds), part, size, private=True)[0])
+        return [maps[s][o : o + n] for s, o, n in self._places]
 
     def put(self, buffers: list[Outgoing]) -> Handle:
         places = []
@@ -697,14 +746,13 @@ class MemfdShipment(Shipment):
 
 
 def _arrive(
-    fds: tuple[Any, ...],
-    sizes: list[int],
+    segments: list[tuple[tuple[Any, ...], int, int]],
     places: list[tuple[int, int, int]],
     results: tuple[Any, ...],
 ) -> MemfdShipment:
     """In a worker: the passed fds are this process's own now."""
-    results_fds = [fd.detach() for fd in results]
-    return MemfdShipment([fd.detach() for fd in fds], sizes, places, results_fds)
+    mine = [([fd.detach() for fd in fds], part, size) for fds, part, size in segments]
+    return MemfdShipment(mine, places, [fd.detach() for fd in results])
 
 
 # -- the public calls ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ copied is read from ``shared_cache_info()``; what is left behind from /proc.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import mmap
@@ -218,6 +219,76 @@ def test_buffers_of_several_chunks_are_copied_and_compared_whole() -> None:
     a[-1] = -1.0  # in the last chunk only
     assert debug_launcher(read, num_processes=2)[1][2] == -1.0
     assert shared_cache_info().copied_bytes - base == x.nbytes + 2 * a.nbytes
+
+
+def _data_segments() -> int:
+    """How many data segments (memfds of captured copies) this process holds open."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if (_tag(os.getpid()) + "data") in os.readlink(f"/proc/self/fd/{fd}"):
+                found.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
+    return len(found)
+
+
+def test_large_captured_data_is_copied_in_stripes_and_mapped_whole_copy_on_write() -> None:
+    """From 64 MiB a launch's new copies are cut into stripes, one segment each, written a
+    thread each; every worker maps them side by side, copy-on-write, as one region."""
+    from notebook_accel.hardware import usable_cores
+
+    x = torch.arange(10 * MiB, dtype=torch.float64)  # 80 MiB
+    a = np.arange(3 * MiB + 5, dtype=np.int64)  # across a stripe's end
+    small = torch.arange(MiB + 3, dtype=torch.int32)  # odd-sized, last
+
+    def use() -> list[float]:
+        rank = int(os.environ["RANK"])
+        seen = [x[-1].item(), float(a[-1]), float(a.sum()), small[-1].item()]
+        x.add_(rank + 1)  # each worker's own copy
+        a[:] = -rank
+        return [*seen, x[-1].item(), float(a[0]), float(a[-1])]
+
+    base = shared_cache_info().copied_bytes
+    results = debug_launcher(use, num_processes=2)
+    last_x = float(10 * MiB - 1)
+    sum_a = float((3 * MiB + 5) * (3 * MiB + 4) // 2)
+    for rank, seen in enumerate(results):
+        assert seen == [last_x, 3 * MiB + 4.0, sum_a, MiB + 2.0, last_x + rank + 1, -rank, -rank]
+    assert _data_segments() == min(4, usable_cores())  # the launch's copies, in stripes
+    assert x[-1].item() == last_x and a[0] == 0  # the notebook's data: untouched
+    copied = shared_cache_info().copied_bytes - base
+    assert copied == x.nbytes + a.nbytes + small.nbytes
+    again = debug_launcher(use, num_processes=2)  # the cached copies, unchanged by the writes
+    assert [seen[:4] for seen in again] == [results[0][:4]] * 2
+    assert shared_cache_info().copied_bytes - base == copied
+    a[-1] = 7  # in the notebook: compared through the stripes, seen
+    assert debug_launcher(use, num_processes=2)[0][1] == 7.0
+
+
+def test_device_memory_is_filled_through_the_striped_mapping() -> None:
+    """A buffer without a host view (a GPU's: copied by its fill function) is written through
+    the notebook's mapping of the stripes, each stripe's region taken first. No GPU here: the
+    fill function stands in for the device copy."""
+    from notebook_accel.launch.wire.pickling import Outgoing
+    from notebook_accel.launch.wire.shm import SharedCache
+
+    source = np.random.default_rng(0).integers(0, 255, 70 * MiB + 11, dtype=np.uint8)
+
+    def fill(destination: memoryview) -> None:
+        destination[:] = source.data
+
+    device = Outgoing(source.nbytes, None, ("device", 1, source.nbytes), fill=fill)
+    host = np.arange(MiB, dtype=np.float64)
+    host_out = Outgoing(host.nbytes, memoryview(host).cast("B"), ("host", 2, host.nbytes))
+    cache = SharedCache()
+    shipment = cache.ship([host_out, device], results=False)
+    try:
+        views = shipment.views()
+        assert np.array_equal(np.frombuffer(views[0], dtype=np.float64), host)
+        assert np.array_equal(np.frombuffer(views[1], dtype=np.uint8), source)
+        del views
+    finally:
+        shipment.release()
+        cache.clear()
 
 
 def test_the_limit_evicts_least_recently_used_copies() -> None:

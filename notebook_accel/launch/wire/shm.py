@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 DEFAULT_SHARE = 0.25  # of the machine's memory: the cache's default limit
-MAX_SEGMENTS = 64  # segments one launch may reference (fds passed to each worker)
+MAX_SEGMENT_FDS = 64  # data segments' fds (stripes) one launch passes to each worker
 _PAGE = mmap.PAGESIZE
 _ALIGN = 64  # bytes: alignment of each buffer inside a rank's result region
 _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
@@ -514,15 +514,18 @@ class SharedCache(Transport):
         found: dict[tuple[Any, ...], _Entry],
         missing: dict[tuple[Any, ...], Outgoing],
     ) -> None:
-        """Copy again what sits in too many old segments (each one is an fd per worker)."""
+        """Copy again what sits in too many old segments: each stripe is an fd per worker,
+        and the launch's new segment needs room for its own (the smallest go first)."""
         by_segment: dict[int, list[_Entry]] = {}
         for entry in found.values():
             by_segment.setdefault(id(entry.segment), []).append(entry)
-        if len(by_segment) < MAX_SEGMENTS:
-            return
+        fds = sum(len(entries[0].segment.fds) for entries in by_segment.values())
         outgoing = {out.key: out for out in buffers}
         ranked = sorted(by_segment.values(), key=lambda es: sum(e.nbytes for e in es))
-        for entries in ranked[: len(by_segment) - MAX_SEGMENTS + 1]:
+        for entries in ranked:
+            if fds + _stripes() <= MAX_SEGMENT_FDS:
+                return
+            fds -= len(entries[0].segment.fds)
             for entry in entries:
                 del found[entry.key]
                 missing[entry.key] = outgoing[entry.key]

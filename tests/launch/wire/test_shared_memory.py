@@ -291,6 +291,32 @@ def test_device_memory_is_filled_through_the_striped_mapping() -> None:
         cache.clear()
 
 
+def test_a_launch_passes_at_most_64_segment_fds_whatever_the_cache_holds() -> None:
+    """Data cached by 70 launches, in 70 segments, captured by one: the smallest old segments'
+    copies are copied again into the launch's new one, so each worker gets at most 64 data
+    segments' fds (and one message of fds stays under the kernel's 253)."""
+    from notebook_accel.launch.wire.pickling import dumps
+    from notebook_accel.launch.wire.shm import MAX_SEGMENT_FDS, transport
+
+    arrays = [np.full(MiB // 8, float(n)) for n in range(70)]
+    for array in arrays:  # one launch's worth each: a segment each
+        transport().ship(dumps(array, placement="local").buffers, results=False).release()
+    assert shared_cache_info().segments == 70
+
+    def total() -> tuple[float, int]:
+        segments = set()  # the data segments passed (Python's mmap keeps a dup of each fd)
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if "-data" in os.readlink(f"/proc/self/fd/{fd}"):
+                    segments.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
+        return sum(float(a[-1]) for a in arrays), len(segments)
+
+    for value, segments in debug_launcher(total, num_processes=2):
+        assert value == float(sum(range(70)))
+        assert 0 < segments <= MAX_SEGMENT_FDS
+    assert shared_cache_info().segments <= MAX_SEGMENT_FDS
+
+
 def test_the_limit_evicts_least_recently_used_copies() -> None:
     first, second = torch.ones(MiB), torch.full((MiB,), 2.0)
     set_shared_cache_limit(6 * MiB)  # room for one 4 MiB copy

@@ -84,9 +84,26 @@ _STRIPE_FROM = 4 * _CHUNK  # bytes: a result at least this large is written in s
 _MAP_FIXED = 0x10  # Linux's and the BSDs' value (Python's mmap module does not name it)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_memcmp = _libc.memcmp
-_memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-_memcmp.restype = ctypes.c_int
+
+
+def _libc_function(name: str, argtypes: list[Any], restype: Any = ctypes.c_int) -> Any:
+    """libc's ``name`` with its C signature, or None where this libc has none."""
+    function = getattr(_libc, name, None)
+    if function is not None:
+        function.argtypes, function.restype = argtypes, restype
+    return function
+
+
+_memcmp = _libc_function("memcmp", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t])
+_munmap = _libc_function("munmap", [ctypes.c_void_p, ctypes.c_size_t])
+_mmap = _libc_function(
+    "mmap",
+    [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64],
+    ctypes.c_void_p,
+)
+_fallocate = _libc_function(
+    "fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+)
 
 
 def _round(n: int, to: int = _PAGE) -> int:
@@ -96,8 +113,8 @@ def _round(n: int, to: int = _PAGE) -> int:
 def _in_chunks(work: Callable[[int, int], int], nbytes: int) -> list[int]:
     """``work(offset, length)`` over 16 MiB chunks, on a few threads.
 
-    Copying into fresh shared pages and comparing are memory-bound; a few cores do them
-    faster than one (ctypes and os.pwrite release the GIL).
+    Comparing is memory-bound; a few cores do it faster than one (ctypes releases the GIL).
+    Not for writing into one memfd: its writers take turns (``_write_striped`` instead).
     """
     chunks = [(start, min(_CHUNK, nbytes - start)) for start in range(0, nbytes, _CHUNK)]
     threads = min(_MAX_THREADS, usable_cores(), len(chunks))
@@ -111,9 +128,10 @@ _PREFIX = "notebook-accel-"  # every segment's name starts with it (its maps lin
 
 
 def _stripes() -> int:
-    """How many results segments a launch ships: one per thread that copies a result."""
-    if not hasattr(os, "memfd_create"):
-        return 1  # the unlinked-file fallback: one segment, mapped with Python's mmap
+    """How many stripes a large region is cut into (and results segments a launch ships):
+    one per thread that copies."""
+    if not hasattr(os, "memfd_create") or _mmap is None or _munmap is None:
+        return 1  # the unlinked-file fallback, or no libc mmap: one segment, Python's mmap
     return max(1, min(_MAX_THREADS, usable_cores()))
 
 
@@ -137,10 +155,8 @@ def unmap_inherited() -> None:
     cache (and its lock, which a thread may have held at the fork) is forgotten."""
     global _cache, _cache_lock
     _cache, _cache_lock = None, threading.Lock()
-    munmap = getattr(_libc, "munmap", None)
-    if munmap is None:
+    if _munmap is None:
         return
-    munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     try:
         with open("/proc/self/maps") as maps:
             lines = maps.read().splitlines()
@@ -154,32 +170,14 @@ def unmap_inherited() -> None:
         # "/memfd:notebook-accel-<pid>-<kind> (deleted)", or an unlinked file's path
         if path.startswith("/memfd:" + _PREFIX) or path.rpartition("/")[2].startswith(_PREFIX):
             start, end = (int(bound, 16) for bound in fields[0].split("-"))
-            munmap(start, end - start)
+            _munmap(start, end - start)
 
 
 def _punch(fd: int, offset: int, length: int) -> None:
     """Give a region's memory back now (the segment keeps its size)."""
-    fallocate = getattr(_libc, "fallocate", None)
-    if fallocate is None or length <= 0:
+    if _fallocate is None or length <= 0:
         return  # the memory is freed when the whole segment ends
-    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fallocate(fd, _PUNCH_HOLE, offset, length)
-
-
-def _libc_mmap() -> Callable[..., int | None]:
-    function = _libc.mmap
-    function.argtypes = [
-        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-        ctypes.c_int64,
-    ]  # fmt: skip
-    function.restype = ctypes.c_void_p
-    return function
-
-
-def _libc_munmap() -> Callable[[int, int], int]:
-    function = _libc.munmap
-    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return function
+    _fallocate(fd, _PUNCH_HOLE, offset, length)
 
 
 def _join(
@@ -190,23 +188,22 @@ def _join(
     (shared, or copy-on-write with ``private``). The range is unmapped when the last view of
     the buffer goes, or when the returned finalizer is called."""
     total = part * len(starts)
-    mmap_, munmap = _libc_mmap(), _libc_munmap()
     anonymous = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-    base = mmap_(None, total, 0, anonymous, -1, 0)  # PROT_NONE: an address range only
+    base = _mmap(None, total, 0, anonymous, -1, 0)  # PROT_NONE: an address range only
     if base is None or base == ctypes.c_void_p(-1).value:
         raise OSError(ctypes.get_errno(), "mmap: no address range for shared memory")
+    fixed = (mmap.MAP_PRIVATE if private else mmap.MAP_SHARED) | _MAP_FIXED
+    prot = mmap.PROT_READ | mmap.PROT_WRITE
     try:
         for index, start in enumerate(starts):
             at = base + index * part
-            fixed = (mmap.MAP_PRIVATE if private else mmap.MAP_SHARED) | _MAP_FIXED
-            prot = mmap.PROT_READ | mmap.PROT_WRITE
-            if mmap_(at, part, prot, fixed, fds[index], start) != at:
+            if _mmap(at, part, prot, fixed, fds[index], start) != at:
                 raise OSError(ctypes.get_errno(), "mmap: a stripe of shared memory")
         joined = (ctypes.c_char * length).from_address(base)  # writable, owns nothing
     except BaseException:
-        munmap(base, total)
+        _munmap(base, total)
         raise
-    unmap = weakref.finalize(joined, munmap, base, total)
+    unmap = weakref.finalize(joined, _munmap, base, total)
     return memoryview(joined).cast("B"), unmap
 
 
@@ -236,10 +233,7 @@ def _write(fd: int, offset: int, out: Outgoing, what: str) -> None:
     """
     try:
         if out.view is not None:
-            view = out.view
-            _in_chunks(
-                lambda start, n: _pwrite(fd, view[start : start + n], offset + start), out.nbytes
-            )
+            _pwrite(fd, out.view, offset)  # one writer: a memfd's writers take turns
             return
         start = offset - offset % _PAGE
         os.posix_fallocate(fd, offset, out.nbytes)

@@ -222,13 +222,8 @@ def test_buffers_of_several_chunks_are_copied_and_compared_whole() -> None:
 
 
 def _data_segments() -> int:
-    """How many data segments (memfds of captured copies) this process holds open."""
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            if (_tag(os.getpid()) + "data") in os.readlink(f"/proc/self/fd/{fd}"):
-                found.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
-    return len(found)
+    """How many data segments (memfds of captured copies) this process holds or maps."""
+    return len({name.rsplit("#", 1)[1] for name in _mine() if "-data" in name})
 
 
 def test_large_captured_data_is_copied_in_stripes_and_mapped_whole_copy_on_write() -> None:
